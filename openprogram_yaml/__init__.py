@@ -1,0 +1,179 @@
+"""openprogram_yaml: LLM agents written as YAML files, checked, run and kept in git.
+
+The public API is what ``__all__`` lists. Names load on first use, so ``import
+openprogram_yaml`` (and the command line's start-up) stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .compile.agent import compile_agent_files, compile_path
+    from .compile.program import Agent, Method, Program
+    from .errors import (
+        ConfigError,
+        DecisionError,
+        Diagnostic,
+        ErrorReason,
+        InputValidationError,
+        LLMError,
+        OpenProgramError,
+        StructuredOutputError,
+        StructuredOutputGenerationError,
+        StructuredOutputSchemaError,
+        StructuredOutputUnsupportedError,
+        StructuredOutputValidationError,
+        ToolError,
+        UsageError,
+    )
+    from .providers.test import FakeClock, Reply, ScriptedRuntime, TestRuntime
+    from .runtime import RetryInfo, Runtime, SessionTrace, ToolsetPreset, TraceNode
+    from .runtimes.protocol import (
+        AgentRuntimeProtocol,
+        Capabilities,
+        Message,
+        RuntimeConfig,
+        RuntimeDelta,
+        RuntimeRegistryEntry,
+        RuntimeResult,
+        ToolCall,
+        ToolSpec,
+        TurnFailure,
+        Usage,
+    )
+    from .runtimes.registry import (
+        RuntimeRegistry,
+        add_runtime_alias,
+        is_runtime_available,
+        list_runtimes,
+        register_runtime,
+        resolve_runtime,
+        unregister_runtime,
+    )
+    from .runtimes.select import ProviderConfig, RuntimeRule, RuntimeSelector
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # compile
+    "Agent": "compile.program",
+    "Method": "compile.program",
+    "Program": "compile.program",
+    "compile_agent_files": "compile.agent",
+    "compile_path": "compile.agent",
+    # errors
+    "ConfigError": "errors",
+    "DecisionError": "errors",
+    "Diagnostic": "errors",
+    "ErrorReason": "errors",
+    "InputValidationError": "errors",
+    "LLMError": "errors",
+    "OpenProgramError": "errors",
+    "StructuredOutputError": "errors",
+    "StructuredOutputGenerationError": "errors",
+    "StructuredOutputSchemaError": "errors",
+    "StructuredOutputUnsupportedError": "errors",
+    "StructuredOutputValidationError": "errors",
+    "ToolError": "errors",
+    "UsageError": "errors",
+    # runtime
+    "RetryInfo": "runtime",
+    "Runtime": "runtime",
+    "SessionTrace": "runtime",
+    "ToolsetPreset": "runtime",
+    "TraceNode": "runtime",
+    # runtimes: protocol, registry, selection
+    "AgentRuntimeProtocol": "runtimes.protocol",
+    "Capabilities": "runtimes.protocol",
+    "Message": "runtimes.protocol",
+    "RuntimeConfig": "runtimes.protocol",
+    "RuntimeDelta": "runtimes.protocol",
+    "RuntimeRegistryEntry": "runtimes.protocol",
+    "RuntimeResult": "runtimes.protocol",
+    "ToolCall": "runtimes.protocol",
+    "ToolSpec": "runtimes.protocol",
+    "TurnFailure": "runtimes.protocol",
+    "Usage": "runtimes.protocol",
+    "RuntimeRegistry": "runtimes.registry",
+    "add_runtime_alias": "runtimes.registry",
+    "is_runtime_available": "runtimes.registry",
+    "list_runtimes": "runtimes.registry",
+    "register_runtime": "runtimes.registry",
+    "resolve_runtime": "runtimes.registry",
+    "unregister_runtime": "runtimes.registry",
+    "ProviderConfig": "runtimes.select",
+    "RuntimeRule": "runtimes.select",
+    "RuntimeSelector": "runtimes.select",
+    # public test doubles
+    "FakeClock": "providers.test",
+    "Reply": "providers.test",
+    "ScriptedRuntime": "providers.test",
+    "TestRuntime": "providers.test",
+}
+
+__all__ = [
+    "Agent",
+    "AgentRuntimeProtocol",
+    "Capabilities",
+    "ConfigError",
+    "DecisionError",
+    "Diagnostic",
+    "ErrorReason",
+    "FakeClock",
+    "InputValidationError",
+    "LLMError",
+    "Message",
+    "Method",
+    "OpenProgramError",
+    "Program",
+    "ProviderConfig",
+    "Reply",
+    "RetryInfo",
+    "Runtime",
+    "RuntimeConfig",
+    "RuntimeDelta",
+    "RuntimeRegistry",
+    "RuntimeRegistryEntry",
+    "RuntimeResult",
+    "RuntimeRule",
+    "RuntimeSelector",
+    "ScriptedRuntime",
+    "SessionTrace",
+    "StructuredOutputError",
+    "StructuredOutputGenerationError",
+    "StructuredOutputSchemaError",
+    "StructuredOutputUnsupportedError",
+    "StructuredOutputValidationError",
+    "TestRuntime",
+    "ToolCall",
+    "ToolError",
+    "ToolSpec",
+    "ToolsetPreset",
+    "TraceNode",
+    "TurnFailure",
+    "Usage",
+    "UsageError",
+    "add_runtime_alias",
+    "compile_agent_files",
+    "compile_path",
+    "is_runtime_available",
+    "list_runtimes",
+    "register_runtime",
+    "resolve_runtime",
+    "unregister_runtime",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'openprogram_yaml' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

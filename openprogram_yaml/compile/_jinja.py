@@ -1,0 +1,348 @@
+"""The Jinja2 side of prompt templates: the sandbox, the loader, and load-time analysis.
+
+This is the only module that imports ``jinja2``. ``templates`` imports it lazily, on the first
+compile, so importing the package stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.exceptions import SecurityError, TemplateNotFound
+from jinja2.idtracking import VAR_LOAD_ALIAS, VAR_LOAD_RESOLVE
+from jinja2.loaders import BaseLoader
+from jinja2.runtime import Context, Undefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+__all__ = [
+    "Analysis",
+    "PromptSandbox",
+    "Read",
+    "Reference",
+    "SnapshotLoader",
+    "TemplateSyntaxError",
+    "analyze",
+]
+
+#: ``'ab' * n`` and ``[x] * n`` may build at most this many characters or items.
+MAX_REPEAT = 1_000_000
+#: ``a ** b`` on integers may build a result of at most this many bits.
+MAX_POWER_BITS = 100_000
+
+#: Objects whose attributes lead to code, globals and modules rather than to data. A prompt
+#: author reads attributes of inputs (strings, numbers, lists, mappings) and of Jinja's own
+#: helpers (``loop``, namespaces, macros), never of a class, function or module.
+_OPAQUE_TYPES: tuple[type, ...] = (
+    type,
+    types.ModuleType,
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.CodeType,
+    types.FrameType,
+    types.TracebackType,
+    types.GeneratorType,
+    types.CoroutineType,
+    types.AsyncGeneratorType,
+)
+
+#: Default Jinja globals we drop: HTML-page helpers no prompt needs, and the usual first step
+#: of template-injection payloads (``cycler.__init__.__globals__`` …). ``range`` (bounded by
+#: the sandbox), ``dict`` and ``namespace`` stay.
+_DROPPED_GLOBALS = ("cycler", "joiner", "lipsum")
+
+
+def prompt_json(value: Any, indent: int | None = None) -> str:
+    """``tojson`` for prompts: compact, keys in the caller's order, no HTML escaping.
+
+    Jinja's own ``tojson`` escapes ``<``, ``>``, ``&`` and ``'`` as ``\\u003c`` … for safe
+    embedding in HTML, and sorts keys; a model should see the JSON the way it was given.
+    """
+    if indent is None:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False, indent=indent)
+
+
+class PromptSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, tightened for prompts.
+
+    Immutable because the variables a template renders are the method's inputs, shared with
+    the runtime and the session trace: a template must not be able to change them (so
+    ``list.append`` and ``dict.update`` are refused), and rendering twice gives the same text.
+    On top of Jinja's rules: no attribute of a class, function, method or module is readable
+    at all, a few default globals are gone, and ``*`` / ``**`` cannot build huge values.
+    """
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def __init__(
+        self,
+        *,
+        loader: BaseLoader | None = None,
+        links: Mapping[tuple[str, str], str] | None = None,
+    ) -> None:
+        super().__init__(
+            undefined=StrictUndefined,
+            autoescape=False,
+            keep_trailing_newline=True,
+            loader=loader,
+            # A compiled template pins its files (see SnapshotLoader): no eviction, no reload.
+            cache_size=-1,
+            auto_reload=False,
+        )
+        for name in _DROPPED_GLOBALS:
+            self.globals.pop(name, None)
+        self.filters["tojson"] = prompt_json
+        self._links: Mapping[tuple[str, str], str] = links or {}
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        if isinstance(obj, _OPAQUE_TYPES):
+            return False
+        return super().is_safe_attribute(obj, attr, value)
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Undefined:
+        # Jinja returns an Undefined that raises only when printed, so ``|map(attribute=…)``
+        # or ``is defined`` could quietly carry on; a refused attribute stops the render.
+        raise SecurityError(
+            f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is not "
+            "allowed in templates"
+        )
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            _check_repeat(left, right)
+            _check_repeat(right, left)
+        elif operator == "**" and _power_too_large(left, right):
+            raise SecurityError(f"{left} ** {right} is too large for a template")
+        return super().call_binop(context, operator, left, right)
+
+    def join_path(self, template: str, parent: str) -> str:
+        # Include names were resolved and checked at load time; a name that was not is
+        # passed through unchanged and the snapshot loader refuses it.
+        return self._links.get((template, parent), template)
+
+
+def _check_repeat(seq: Any, count: Any) -> None:
+    if not isinstance(seq, (str, list, tuple)) or not isinstance(count, int):
+        return
+    if len(seq) * count > MAX_REPEAT:
+        raise SecurityError(f"repeating a value {count} times builds more than {MAX_REPEAT} items")
+
+
+def _power_too_large(base: Any, exponent: Any) -> bool:
+    if not isinstance(base, int) or not isinstance(exponent, int) or exponent <= 0:
+        return False
+    return max(abs(base).bit_length(), 1) * exponent > MAX_POWER_BITS
+
+
+class SnapshotLoader(BaseLoader):
+    """Serves exactly the template files checked at load time, as they were then.
+
+    Keys are the files' real paths. Render never touches the file system, and a file edited
+    after the check cannot slip unchecked text into a prompt: the hot-reload runner recompiles.
+    """
+
+    def __init__(self, sources: Mapping[str, str]) -> None:
+        self._sources = dict(sources)
+
+    def get_source(
+        self, environment: Any, template: str
+    ) -> tuple[str, str | None, Callable[[], bool] | None]:
+        try:
+            source = self._sources[template]
+        except KeyError:
+            raise TemplateNotFound(template) from None
+        return source, template, _always_current
+
+
+def _always_current() -> bool:
+    return True
+
+
+# --- load-time analysis -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """A name a template reads from its render context (not one it sets itself)."""
+
+    name: str
+    line: int
+    #: Which use of ``name`` on its line this is (0 = first), counting every variable use,
+    #: local or not, in source order; ``name_uses`` holds how many there are.
+    ordinal: int
+    name_uses: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """An ``include``, ``import`` / ``from … import`` or ``extends`` of another template."""
+
+    kind: str  # "include" | "import" | "extends"
+    name: str | None  # None: the name is computed, not a string literal
+    line: int
+    with_context: bool
+    ignore_missing: bool
+    local_names: frozenset[str]  # the includer's variables the other template also sees
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    reads: tuple[Read, ...]
+    references: tuple[Reference, ...]
+    failures: tuple[tuple[int, str], ...]  # (line, message): unknown filters and the like
+    top_level: frozenset[str]  # names set at the top level, visible to blocks and macros
+
+
+class _Analyzer(CodeGenerator):
+    """Runs Jinja's code generator without output to learn which names come from the context.
+
+    ``jinja2.meta.find_undeclared_variables`` does the same but keeps neither line numbers
+    nor scopes; here each read is recorded at the ``Name`` node, where Jinja's own symbol
+    tables say whether it is a local (loop variable, ``set``, macro argument …) or a context
+    lookup.
+    """
+
+    def __init__(
+        self, environment: PromptSandbox, name: str, filename: str, tree: nodes.Template
+    ) -> None:
+        super().__init__(environment, name, filename)
+        self.uses = _name_uses(tree)
+        self.reads: list[Read] = []
+        self.references: list[Reference] = []
+        self.failures: list[tuple[int, str]] = []
+
+    def write(self, x: str) -> None:
+        """Generate nothing."""
+
+    def fail(self, msg: str, lineno: int) -> None:  # type: ignore[override]
+        # Keep going so that every problem of the template is reported in one run.
+        self.failures.append((lineno, msg))
+
+    def visit_Name(self, node: nodes.Name, frame: Frame) -> None:
+        if node.ctx == "load":
+            self._note_read(node, frame)
+        super().visit_Name(node, frame)
+
+    def visit_NSRef(self, node: nodes.NSRef, frame: Frame) -> None:
+        self._note_read(node, frame)
+        super().visit_NSRef(node, frame)
+
+    def visit_Include(self, node: nodes.Include, frame: Frame) -> None:
+        self._note_reference("include", node, frame, node.with_context, node.ignore_missing)
+        super().visit_Include(node, frame)
+
+    def visit_Import(self, node: nodes.Import, frame: Frame) -> None:
+        self._note_reference("import", node, frame, node.with_context, False)
+        super().visit_Import(node, frame)
+
+    def visit_FromImport(self, node: nodes.FromImport, frame: Frame) -> None:
+        self._note_reference("import", node, frame, node.with_context, False)
+        super().visit_FromImport(node, frame)
+
+    def visit_Extends(self, node: nodes.Extends, frame: Frame) -> None:
+        self._note_reference("extends", node, frame, True, False)
+        super().visit_Extends(node, frame)
+
+    def _note_read(self, node: nodes.Name | nodes.NSRef, frame: Frame) -> None:
+        name = node.name
+        ref = frame.symbols.find_ref(name)
+        if ref is None:
+            return
+        load = frame.symbols.find_load(ref)
+        while load is not None and load[0] == VAR_LOAD_ALIAS:
+            load = frame.symbols.find_load(load[1])
+        resolved = load is not None and load[0] == VAR_LOAD_RESOLVE
+        if resolved and name not in self.environment.globals:
+            ordinal, count = self.uses.get(id(node), (0, 0))
+            self.reads.append(Read(name, node.lineno, ordinal, count))
+
+    def _note_reference(
+        self,
+        kind: str,
+        node: nodes.Include | nodes.Import | nodes.FromImport | nodes.Extends,
+        frame: Frame,
+        with_context: bool,
+        ignore_missing: bool,
+    ) -> None:
+        target = node.template
+        name = target.value if isinstance(target, nodes.Const) else None
+        stores = frame.symbols.dump_stores() if with_context else {}
+        self.references.append(
+            Reference(
+                kind=kind,
+                name=name if isinstance(name, str) else None,
+                line=node.lineno,
+                with_context=with_context,
+                ignore_missing=ignore_missing,
+                local_names=frozenset(stores),
+            )
+        )
+
+
+def _top_level_names(tree: nodes.Template) -> frozenset[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (nodes.Assign, nodes.AssignBlock)):
+            names.update(n.name for n in node.target.find_all(nodes.Name))
+            if isinstance(node.target, nodes.Name):
+                names.add(node.target.name)
+        elif isinstance(node, nodes.Macro):
+            names.add(node.name)
+        elif isinstance(node, nodes.Import):
+            names.add(node.target)
+        elif isinstance(node, nodes.FromImport):
+            names.update(n if isinstance(n, str) else n[1] for n in node.names)
+    return frozenset(names)
+
+
+def _source_order(node: nodes.Node) -> list[nodes.Node]:
+    """Children in the order they are written, where Jinja's field order differs."""
+    if isinstance(node, nodes.CondExpr):  # a if b else c
+        parts: list[Any] = [node.expr1, node.test, node.expr2]
+    elif isinstance(node, nodes.For):  # for t in it if test … else …
+        parts = [node.target, node.iter, node.test, *node.body, *node.else_]
+    elif isinstance(node, nodes.FilterBlock):
+        parts = [node.filter, *node.body]
+    elif isinstance(node, nodes.CallBlock):
+        parts = [*node.args, *node.defaults, node.call, *node.body]
+    else:
+        return list(node.iter_child_nodes())
+    return [p for p in parts if isinstance(p, nodes.Node)]
+
+
+def _name_uses(tree: nodes.Template) -> dict[int, tuple[int, int]]:
+    """For each variable use (by node id): its ordinal among same-name uses on its line, and
+    how many such uses the line has."""
+    by_line: dict[tuple[int, str], list[int]] = {}
+    pending: list[nodes.Node] = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (nodes.Name, nodes.NSRef)):
+            by_line.setdefault((node.lineno, node.name), []).append(id(node))
+        pending.extend(reversed(_source_order(node)))
+    return {
+        node_id: (ordinal, len(ids))
+        for ids in by_line.values()
+        for ordinal, node_id in enumerate(ids)
+    }
+
+
+def analyze(environment: PromptSandbox, source: str, name: str, filename: str) -> Analysis:
+    """Parse ``source`` and find what it reads and references. Raises TemplateSyntaxError."""
+    tree = environment.parse(source, name, filename)
+    analyzer = _Analyzer(environment, name, filename, tree)
+    analyzer.visit(tree)
+    return Analysis(
+        reads=tuple(analyzer.reads),
+        references=tuple(analyzer.references),
+        failures=tuple(analyzer.failures),
+        top_level=_top_level_names(tree),
+    )

@@ -1,0 +1,213 @@
+"""Where things are inside template text: lines and columns Jinja does not report.
+
+Jinja's nodes and errors carry a line but no column; these helpers find the column by
+scanning the line, inside tags only. Pure text work: nothing here imports Jinja.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from openprogram_yaml.compile._jinja import Read, Reference
+
+__all__ = [
+    "code_identifiers",
+    "column_of",
+    "line_text",
+    "reference_col",
+    "syntax_error_position",
+]
+
+_TAG_OPEN = re.compile(r"\{\{|\{%|\{#")
+_RAW_OPEN = re.compile(r"[-+]?\s*raw\s*[-+]?%\}")
+_RAW_CLOSE = re.compile(r"\{%[-+]?\s*endraw\s*[-+]?%\}")
+_BRACKETS = {"(": ")", "[": "]", "{": "}"}
+
+
+class _Lines:
+    """Offsets to 1-based (line, column)."""
+
+    def __init__(self, source: str) -> None:
+        self.starts = [0, *(m.end() for m in re.finditer("\n", source))]
+
+    def position(self, offset: int) -> tuple[int, int]:
+        line = bisect_right(self.starts, offset)
+        return line, offset - self.starts[line - 1] + 1
+
+
+def code_identifiers(source: str) -> dict[int, list[tuple[int, str]]]:
+    """Identifiers inside ``{{ … }}`` and ``{% … %}``, by line, as (column, name).
+
+    Prose, comments, ``{% raw %}`` blocks, string literals and attribute names after a dot
+    are skipped, so that ``Label this ticket: {{ ticket }}`` finds the second ``ticket``.
+    """
+    lines = _Lines(source)
+    found: dict[int, list[tuple[int, str]]] = {}
+    size = len(source)
+    i = 0
+    while (opening := _TAG_OPEN.search(source, i)) is not None:
+        start = opening.end()
+        if opening.group() == "{#":
+            end = source.find("#}", start)
+            i = size if end < 0 else end + 2
+            continue
+        if opening.group() == "{%" and _RAW_OPEN.match(source, start):
+            raw_end = _RAW_CLOSE.search(source, start)
+            i = size if raw_end is None else raw_end.end()
+            continue
+        i = _scan_code(source, start, "}}" if opening.group() == "{{" else "%}", lines, found)
+    return found
+
+
+def _scan_code(
+    source: str, j: int, close: str, lines: _Lines, found: dict[int, list[tuple[int, str]]]
+) -> int:
+    size = len(source)
+    pending: list[str] = []  # closing brackets expected, innermost last
+    last = ""  # the last significant character, to skip attribute names after "."
+    while j < size:
+        c = source[j]
+        if not pending and source.startswith(close, j):
+            return j + 2
+        if c in "'\"":
+            k = j + 1
+            while k < size and source[k] != c:
+                k += 2 if source[k] == "\\" else 1
+            j, last = k + 1, c
+        elif c.isalpha() or c == "_":
+            k = j
+            while k < size and (source[k].isalnum() or source[k] == "_"):
+                k += 1
+            if last != ".":
+                line, col = lines.position(j)
+                found.setdefault(line, []).append((col, source[j:k]))
+            j, last = k, "a"
+        elif c.isdigit():
+            k = j
+            while k < size and (source[k].isalnum() or source[k] in "_."):
+                k += 1
+            j, last = k, "0"
+        else:
+            if c in _BRACKETS:
+                pending.append(_BRACKETS[c])
+            elif pending and c == pending[-1]:
+                pending.pop()
+            if not c.isspace():
+                last = c
+            j += 1
+    return size
+
+
+_GOT = re.compile(r"(?:got|unexpected|unknown tag) '([^']+)'")
+_CHAR_AT = re.compile(r"unexpected char .+ at (\d+)$")
+_INNERMOST = re.compile(r"innermost block that needs to be closed is '(\w+)'")
+_DESCRIBED_TOKENS = {
+    "end of print statement": "}}",
+    "end of statement block": "%}",
+}
+
+
+def syntax_error_position(source: str, message: str, lineno: int) -> tuple[int, int]:
+    """Best (line, column) for a Jinja syntax error; Jinja itself gives only the line."""
+    lines = _Lines(source)
+    if (at := _CHAR_AT.search(message)) is not None:
+        return lines.position(min(int(at.group(1)), len(source)))
+    if (block := _INNERMOST.search(message)) is not None:
+        opened = _unclosed_block(source, block.group(1))
+        if opened is not None:
+            return lines.position(opened)
+    line = max(1, min(lineno, len(lines.starts)))
+    start = lines.starts[line - 1]
+    end = lines.starts[line] if line < len(lines.starts) else len(source)
+    text = source[start:end]
+    if (got := _GOT.search(message)) is not None:
+        col = _offending_token(text, _DESCRIBED_TOKENS.get(got.group(1), got.group(1)))
+        if col is not None:
+            return line, col
+    if message.startswith("unexpected end of template"):
+        tag = max(text.rfind("{{"), text.rfind("{%"))
+        if tag >= 0:
+            return line, tag + 1
+        return line, len(text.rstrip("\n")) + 1
+    tag = min((p for p in (text.find("{{"), text.find("{%")) if p >= 0), default=0)
+    return line, tag + 1
+
+
+def _offending_token(text: str, token: str) -> int | None:
+    """Column of the first ``token`` on the line that follows something else inside a tag.
+
+    The parser complains about a token that came after what it had read so far, so the
+    token is never the first thing in its tag (except an unknown tag name).
+    """
+    word = token.isidentifier()
+    pattern = rf"(?<!\w){re.escape(token)}(?!\w)" if word else re.escape(token)
+    fallback: int | None = None
+    for match in re.finditer(pattern, text):
+        opener = max(text.rfind("{{", 0, match.start()), text.rfind("{%", 0, match.start()))
+        if opener < 0:
+            continue
+        before = text[opener + 2 : match.start()].strip(" \t-+")
+        if before:
+            return match.start() + 1
+        fallback = fallback or match.start() + 1
+    return fallback
+
+
+def _unclosed_block(source: str, tag: str) -> int | None:
+    """Offset of the innermost ``{% tag %}`` that has no ``{% endtag %}``."""
+    pattern = re.compile(r"\{%[-+]?\s*(end)?" + re.escape(tag) + r"\b")
+    stack: list[int] = []
+    for match in pattern.finditer(source):
+        if match.group(1):
+            if stack:
+                stack.pop()
+        else:
+            stack.append(match.start())
+    return stack[-1] if stack else None
+
+
+def column_of(
+    read: Read,
+    identifiers: Mapping[int, list[tuple[int, str]]],
+    source: str,
+    hits: dict[tuple[int, str], int],
+) -> int:
+    """The column of ``read`` on its line.
+
+    Names are matched as whole identifiers inside tags only, so prose on the same line and
+    attribute names after a dot do not count. When the line's identifiers line up one to one
+    with the variable uses Jinja parsed there, the read's own ordinal picks the column (so
+    ``{% for item in items %}…{{ item }}`` points at the last ``item``); otherwise the first
+    use after the last one found.
+    """
+    columns = [col for col, ident in identifiers.get(read.line, ()) if ident == read.name]
+    if len(columns) == read.name_uses and read.ordinal < len(columns):
+        return columns[read.ordinal]
+    after = hits.get((read.line, read.name), 0)
+    for col, identifier in identifiers.get(read.line, ()):
+        if identifier == read.name and col > after:
+            hits[(read.line, read.name)] = col
+            return col
+    text = line_text(source, read.line)
+    match = re.search(rf"(?<![\w.]){re.escape(read.name)}(?!\w)", text)
+    return match.start() + 1 if match else 1
+
+
+def reference_col(source: str, ref: Reference) -> int:
+    text = line_text(source, ref.line)
+    if ref.name is not None:
+        for quote in "'\"":
+            at = text.find(f"{quote}{ref.name}{quote}")
+            if at >= 0:
+                return at + 1
+    keyword = re.search(rf"\b({ref.kind}|from)\b", text)
+    return keyword.start() + 1 if keyword else 1
+
+
+def line_text(source: str, line: int) -> str:
+    lines = source.split("\n")
+    return lines[line - 1] if 0 < line <= len(lines) else ""

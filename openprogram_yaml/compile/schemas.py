@@ -1,0 +1,216 @@
+"""Response and input schemas from config: bundle file ``$ref``s, check, and position errors.
+
+A schema may point at files (``{$ref: ../schemas/label.json}``); those are read (JSON or
+YAML), checked to stay inside the project, and inlined, so the schema that reaches a provider
+is self-contained. ``$defs`` of a referenced file are hoisted under a prefixed name. Remote
+references are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import Diagnostic
+from ..runtime.validation import schema_issues
+from ..spec.positions import Position
+from ..spec.yamlread import Loc, SourceMap, load_yaml_text
+from .paths import resolve_inside
+
+__all__ = ["ENVELOPE_KEYS", "SchemaBundle", "bundle_schema", "split_envelope"]
+
+#: Keys of the structured-output envelope (anything else means a bare schema).
+ENVELOPE_KEYS = frozenset(
+    {"schema", "name", "description", "strict", "fallback", "max_validation_retries"}
+)
+_FALLBACKS = ("auto", "none", "prompt")
+
+
+@dataclass(slots=True)
+class SchemaBundle:
+    """A self-contained schema plus the files it was built from."""
+
+    schema: Any
+    files: set[Path] = field(default_factory=set)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+def split_envelope(value: Any) -> tuple[Any, dict[str, Any], bool]:
+    """``(schema, envelope options, is_envelope)`` for a response_schema value."""
+    if (
+        isinstance(value, dict)
+        and "schema" in value
+        and set(value) <= ENVELOPE_KEYS
+        # A bare schema describing an object property called "schema" has "type" too.
+        and "type" not in value
+    ):
+        options = {k: v for k, v in value.items() if k != "schema"}
+        return value["schema"], options, True
+    return value, {}, False
+
+
+def envelope_problems(options: dict[str, Any]) -> list[tuple[str, str]]:
+    """Problems with envelope options, as ``(key, message)``."""
+    problems = []
+    if "fallback" in options and options["fallback"] not in _FALLBACKS:
+        problems.append(("fallback", f"fallback must be one of {', '.join(_FALLBACKS)}"))
+    mvr = options.get("max_validation_retries")
+    if mvr is not None and (not isinstance(mvr, int) or isinstance(mvr, bool) or not 0 <= mvr <= 2):
+        problems.append(("max_validation_retries", "max_validation_retries must be 0, 1 or 2"))
+    if "strict" in options and not isinstance(options["strict"], bool):
+        problems.append(("strict", "strict must be true or false"))
+    if "name" in options and not (
+        isinstance(options["name"], str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", options["name"])
+    ):
+        problems.append(("name", "name must be 1-64 letters, digits, '_' or '-'"))
+    return problems
+
+
+class _Bundler:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.out = SchemaBundle(None)
+        self.hoisted: dict[str, Any] = {}
+        self._cache: dict[Path, Any] = {}
+
+    def error(self, pos: Position, message: str) -> None:
+        self.out.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
+
+    def load(self, path: Path, pos: Position) -> tuple[Any, SourceMap | None]:
+        if path in self._cache:
+            return self._cache[path], None
+        self.out.files.add(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            self.error(pos, f"cannot read schema file {path.name}: {exc.strerror or exc}")
+            return None, None
+        source: SourceMap | None = None
+        try:
+            if path.suffix == ".json":
+                data = json.loads(text)
+            else:
+                docs = list(load_yaml_text(text, str(path)))
+                data = docs[0].data if docs else None
+                source = docs[0].source if docs else None
+        except json.JSONDecodeError as exc:
+            self.error(Position(str(path), exc.lineno, exc.colno), f"invalid JSON: {exc.msg}")
+            return None, None
+        except Exception as exc:  # ConfigError from YAML: report its first diagnostic here
+            diags = getattr(exc, "diagnostics", None)
+            if diags:
+                self.out.diagnostics.extend(diags)
+            else:
+                self.error(pos, f"cannot parse schema file {path.name}: {exc}")
+            return None, None
+        self._cache[path] = data
+        return data, source
+
+    def walk(
+        self,
+        node: Any,
+        base: Path,
+        where: Callable[[Loc], Position],
+        loc: Loc,
+        stack: tuple[Path, ...],
+        prefix: str,
+    ) -> Any:
+        if isinstance(node, list):
+            return [self.walk(v, base, where, (*loc, i), stack, prefix) for i, v in enumerate(node)]
+        if not isinstance(node, dict):
+            return node
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                replaced = self.ref(value, base, where, (*loc, key), stack, prefix)
+                if isinstance(replaced, dict) and len(node) == 1:
+                    return replaced
+                if isinstance(replaced, dict) and "$ref" not in replaced:
+                    # Sibling keywords next to $ref: keep both through allOf.
+                    out.setdefault("allOf", []).append(replaced)
+                    continue
+                out[key] = replaced["$ref"] if isinstance(replaced, dict) else value
+                continue
+            if key == "$defs" and prefix and isinstance(value, dict):
+                for name, sub in value.items():
+                    self.hoisted[f"{prefix}{name}"] = self.walk(
+                        sub, base, where, (*loc, key, name), stack, prefix
+                    )
+                continue
+            out[key] = self.walk(value, base, where, (*loc, key), stack, prefix)
+        return out
+
+    def ref(
+        self,
+        ref: str,
+        base: Path,
+        where: Callable[[Loc], Position],
+        loc: Loc,
+        stack: tuple[Path, ...],
+        prefix: str,
+    ) -> Any:
+        pos = where(loc)
+        if ref.startswith("#"):
+            if prefix and ref.startswith("#/$defs/"):
+                return {"$ref": f"#/$defs/{prefix}{ref[len('#/$defs/') :]}"}
+            if prefix and ref != "#":
+                self.error(
+                    pos,
+                    f"'{ref}': a referenced schema file may point inside itself "
+                    "only through '#/$defs/NAME'",
+                )
+            return {"$ref": ref}
+        file_part, _, pointer = ref.partition("#")
+        target, problem = resolve_inside(base, file_part, self.root)
+        if target is None:
+            self.error(pos, f"$ref {problem}")
+            return None
+        if target in stack:
+            chain = " -> ".join(p.name for p in (*stack, target))
+            self.error(pos, f"$ref cycle between schema files: {chain}; use $defs for recursion")
+            return None
+        if not target.is_file():
+            self.error(pos, f"$ref '{ref}': no such file {target}")
+            return None
+        data, source = self.load(target, pos)
+        if data is None:
+            return None
+
+        def inner(sub: Loc) -> Position:
+            return source.at(sub) if source else Position(str(target), 1, 1)
+
+        file_prefix = re.sub(r"[^A-Za-z0-9_]", "_", target.stem) + "__"
+        data = self.walk(data, target, inner, (), (*stack, target), file_prefix)
+        if pointer:
+            for part in pointer.strip("/").split("/"):
+                if isinstance(data, dict) and part in data:
+                    data = data[part]
+                else:
+                    self.error(pos, f"$ref '{ref}': '{pointer}' is not in {target.name}")
+                    return None
+        return data
+
+
+def bundle_schema(
+    schema: Any, *, base_file: Path, root: Path, source: SourceMap, loc: Loc
+) -> SchemaBundle:
+    """Inline file references in ``schema`` and check it is a valid JSON Schema."""
+    bundler = _Bundler(root)
+    bundled = bundler.walk(schema, base_file, lambda sub: source.at(sub), loc, (), "")
+    if bundler.hoisted and isinstance(bundled, dict):
+        defs = dict(bundled.get("$defs", {}))
+        defs.update(bundler.hoisted)
+        bundled["$defs"] = defs
+    out = bundler.out
+    out.schema = bundled
+    if not out.diagnostics:
+        for path, message in schema_issues(bundled):
+            pos = source.at((*loc, *path))
+            out.diagnostics.append(
+                Diagnostic(pos.path, pos.line, pos.col, f"invalid JSON Schema: {message}")
+            )
+    return out

@@ -1,0 +1,467 @@
+"""Prompt templates: Jinja2 in a sandbox, checked against declared inputs at load time.
+
+    engine = TemplateEngine(project_root, [project_root / "prompts"])
+    template = engine.compile(text, origin=origin, declared={"ticket"})
+    template.render({"ticket": "My order never arrived"})
+
+What is checked when a template is compiled, each problem reported at its file position:
+syntax; every name read from the render variables against ``declared``; every ``include`` /
+``import`` / ``extends`` (a quoted name, found in the template folders, no cycle), and the
+same checks, transitively, inside the templates they name. Problems inside another template
+file are reported at their position in that file, with the place that pulled it in: the fix
+belongs there, and that file may be shared by several prompts.
+
+Template names are looked up in the template folders (``search_paths``), the way Jinja users
+expect; a name starting with ``./`` or ``../`` is relative to the template that writes it.
+Either way the real file, symlinks resolved, must lie inside a template folder.
+
+Literal braces: ``{`` and ``}`` alone are plain text, so most JSON needs nothing. Where text
+would read as a tag (``{{``, ``{%``, ``{#``), wrap it in ``{% raw %}…{% endraw %}`` or write
+the delimiter as an expression: ``{{ '{{' }}``.
+
+Jinja2 is imported on the first compile, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import threading
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from openprogram_yaml.compile._template_text import (
+    code_identifiers,
+    column_of,
+    line_text,
+    reference_col,
+    syntax_error_position,
+)
+from openprogram_yaml.errors import ConfigError, Diagnostic, OpenProgramError
+from openprogram_yaml.spec.positions import Position, TextOrigin
+
+if TYPE_CHECKING:
+    from jinja2 import Template
+
+    from openprogram_yaml.compile import _jinja
+
+__all__ = ["CompiledTemplate", "TemplateEngine", "TemplateRenderError"]
+
+
+class TemplateRenderError(OpenProgramError):
+    """A template failed while rendering.
+
+    For example a declared input lacks an attribute the template reads (``ticket.title`` on
+    a string), or the sandbox refused an operation. ``position`` is where in the user's files
+    the failing template line is, when known.
+    """
+
+    def __init__(self, message: str, *, template: str, position: Position | None) -> None:
+        self.template = template
+        self.position = position
+        where = f"{position.path}:{position.line}: " if position is not None else ""
+        super().__init__(f"{where}template {template!r}: {message}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CompiledTemplate:
+    """A checked template, ready to render many times.
+
+    ``variables`` are the names it reads from the render variables (across the templates it
+    includes or extends); ``files`` every template file it depends on, transitively (not the
+    file its own source came from: the caller knows that one).
+    """
+
+    name: str
+    source: str
+    variables: frozenset[str]
+    files: frozenset[Path]
+    origin: TextOrigin
+    _template: Template = field(repr=False)
+    _file_names: Mapping[str, Path] = field(repr=False)
+
+    def render(self, variables: Mapping[str, Any]) -> str:
+        """The prompt text; raises TemplateRenderError when the template fails."""
+        try:
+            return self._template.render(variables)
+        except Exception as exc:
+            # Anything a user's template can raise (undefined attribute, sandbox refusal,
+            # a bad filter argument) is translated here, at the boundary.
+            raise TemplateRenderError(
+                _describe_render_failure(exc), template=self.name, position=self._where(exc)
+            ) from exc
+
+    def _where(self, exc: BaseException) -> Position | None:
+        # Jinja rewrites tracebacks so that template frames carry the template's file name
+        # and line; the innermost such frame is the line that failed.
+        position: Position | None = None
+        tb: TracebackType | None = exc.__traceback__
+        while tb is not None:
+            filename = tb.tb_frame.f_code.co_filename
+            if filename == self.origin.path:
+                position = self.origin.locate(tb.tb_lineno)
+            elif filename in self._file_names:
+                position = Position(_display(self._file_names[filename]), tb.tb_lineno, 0)
+            tb = tb.tb_next
+        return position
+
+
+def _describe_render_failure(exc: Exception) -> str:
+    # Matched by name so that this module need not import Jinja to describe its errors.
+    kind = type(exc).__name__
+    if kind == "SecurityError":
+        return f"the sandbox refused it: {exc}"
+    if kind == "UndefinedError":
+        return f"{exc} (the value given does not have what the template reads)"
+    return f"{kind}: {exc}"
+
+
+@dataclass(frozen=True, slots=True)
+class _FileEntry:
+    stamp: tuple[int, int]
+    source: str
+    analysis: _jinja.Analysis | None
+    problems: tuple[Diagnostic, ...]
+
+
+@dataclass(slots=True)
+class _Check:
+    """The state of one compile: what was found, and what the compiled template pins."""
+
+    declared: frozenset[str]
+    declared_by: str
+    diagnostics: dict[Diagnostic, None] = field(default_factory=dict)
+    variables: set[str] = field(default_factory=set)
+    sources: dict[str, str] = field(default_factory=dict)
+    links: dict[tuple[str, str], str] = field(default_factory=dict)
+    done: set[tuple[Path, bool, frozenset[str]]] = field(default_factory=set)
+
+    def add(self, origin: TextOrigin, line: int, col: int, message: str) -> None:
+        position = origin.locate(line, col)
+        self.diagnostics[Diagnostic(position.path, position.line, position.col, message)] = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Unresolved:
+    message: str
+    missing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """One template being checked, and how it is rendered."""
+
+    key: str  # the Jinja name: the root's name, or a file's real path
+    source: str
+    analysis: _jinja.Analysis
+    origin: TextOrigin
+    base_dir: Path  # where ./ and ../ names start
+    sees_inputs: bool  # False inside a template imported without context
+    local_names: frozenset[str]  # variables of the including templates it also sees
+    chain: tuple[Path, ...]  # files being included, outermost first, to catch cycles
+    pulled_in: str  # "" for the root, else " (included at path:line:col)"
+
+
+class TemplateEngine:
+    """Compiles prompt templates for one project.
+
+    ``search_paths`` are the project's template folders (relative ones are taken from
+    ``project_root``); with none, the project root itself is the one folder. Each must lie
+    inside ``project_root``.
+    """
+
+    def __init__(self, project_root: Path, search_paths: Sequence[Path] = ()) -> None:
+        self.project_root = Path(project_root).resolve()
+        folders = [self.project_root / p for p in search_paths] or [self.project_root]
+        outside = [p for p in folders if not p.resolve().is_relative_to(self.project_root)]
+        if outside:
+            raise ConfigError(
+                [
+                    Diagnostic(
+                        str(p),
+                        0,
+                        0,
+                        f"template folder {str(p)!r} is outside the project "
+                        f"root {str(self.project_root)!r}",
+                    )
+                    for p in outside
+                ]
+            )
+        self.search_paths: tuple[Path, ...] = tuple(folders)
+        self._real_folders = tuple(p.resolve() for p in folders)
+        self._files: dict[Path, _FileEntry] = {}
+        self._lock = threading.Lock()
+        self._checker: _jinja.PromptSandbox | None = None
+
+    def compile(
+        self,
+        source: str,
+        *,
+        origin: TextOrigin,
+        declared: Collection[str],
+        name: str | None = None,
+        declared_by: str = "the method",
+    ) -> CompiledTemplate:
+        """Check ``source`` and every template it pulls in; raise ConfigError listing all
+        problems, or return a template ready to render.
+
+        ``declared`` are the names the render variables will hold; ``declared_by`` names who
+        declares them in messages (``template reads 'x', which the method does not declare``).
+        """
+        from openprogram_yaml.compile import _jinja
+
+        template_name = name or str(origin.start)
+        check = _Check(frozenset(declared), declared_by)
+        analysis, problems = self._parse(source, template_name, origin)
+        check.diagnostics.update(dict.fromkeys(problems))
+        if analysis is not None:
+            root = _Unit(
+                key=template_name,
+                source=source,
+                analysis=analysis,
+                origin=origin,
+                base_dir=Path(origin.path).resolve().parent,
+                sees_inputs=True,
+                local_names=frozenset(),
+                # A prompt_file that pulls itself in is a cycle too.
+                chain=(Path(origin.path).resolve(),) if origin.style == "file" else (),
+                pulled_in="",
+            )
+            self._check_unit(root, check)
+        if check.diagnostics:
+            raise ConfigError(list(check.diagnostics))
+
+        env = _jinja.PromptSandbox(loader=_jinja.SnapshotLoader(check.sources), links=check.links)
+        code = env.compile(source, name=template_name, filename=origin.path)
+        template = env.template_class.from_code(env, code, env.make_globals(None))
+        for key in check.sources:
+            env.get_template(key)  # compile every dependency now, so render only renders
+        files = {key: Path(key) for key in check.sources}
+        return CompiledTemplate(
+            name=template_name,
+            source=source,
+            variables=frozenset(check.variables),
+            files=frozenset(files.values()),
+            origin=origin,
+            _template=template,
+            _file_names=files,
+        )
+
+    # --- checking ---------------------------------------------------------------------------
+
+    def _environment(self) -> _jinja.PromptSandbox:
+        if self._checker is None:
+            from openprogram_yaml.compile import _jinja
+
+            self._checker = _jinja.PromptSandbox()
+        return self._checker
+
+    def _parse(
+        self, source: str, name: str, origin: TextOrigin
+    ) -> tuple[_jinja.Analysis | None, tuple[Diagnostic, ...]]:
+        from openprogram_yaml.compile import _jinja
+
+        env = self._environment()
+        try:
+            analysis = _jinja.analyze(env, source, name, origin.path)
+        except _jinja.TemplateSyntaxError as exc:
+            line, col = syntax_error_position(source, exc.message or str(exc), exc.lineno)
+            position = origin.locate(line, col)
+            message = _syntax_message(exc.message or str(exc))
+            return None, (Diagnostic(position.path, position.line, position.col, message),)
+        problems = []
+        for line, message in analysis.failures:
+            text, col = _failure(message, env, source, line)
+            position = origin.locate(line, col)
+            problems.append(Diagnostic(position.path, position.line, position.col, text))
+        return analysis, tuple(problems)
+
+    def _check_unit(self, unit: _Unit, check: _Check) -> None:
+        identifiers = code_identifiers(unit.source)
+        hits: dict[tuple[int, str], int] = {}
+        for read in unit.analysis.reads:
+            col = column_of(read, identifiers, unit.source, hits)
+            if read.name in unit.analysis.top_level or read.name in unit.local_names:
+                continue
+            if unit.sees_inputs and read.name in check.declared:
+                check.variables.add(read.name)
+                continue
+            check.add(unit.origin, read.line, col, _undeclared_message(read.name, unit, check))
+
+        for ref in unit.analysis.references:
+            self._follow(unit, ref, check)
+
+    def _follow(self, unit: _Unit, ref: _jinja.Reference, check: _Check) -> None:
+        col = reference_col(unit.source, ref)
+        if ref.name is None:
+            check.add(unit.origin, ref.line, col, _COMPUTED_NAME.format(kind=ref.kind))
+            return
+        found = self._resolve(ref.name, unit.base_dir)
+        if isinstance(found, _Unresolved):
+            if not (found.missing and ref.ignore_missing):
+                check.add(unit.origin, ref.line, col, found.message)
+            return
+        if found in unit.chain:
+            cycle = " → ".join(_display(p) for p in (*unit.chain[unit.chain.index(found) :], found))
+            check.add(
+                unit.origin,
+                ref.line,
+                col,
+                f"include cycle: {cycle}; a template cannot pull itself in, directly or "
+                "through others",
+            )
+            return
+        entry = self._load(found)
+        key = str(found)
+        check.sources[key] = entry.source
+        check.links[(ref.name, unit.key)] = key
+        check.diagnostics.update(dict.fromkeys(entry.problems))
+        if entry.analysis is None:
+            return
+        # An import without context runs the other template with the globals only.
+        sees_inputs = unit.sees_inputs and ref.with_context
+        local_names = (unit.local_names | ref.local_names) if ref.with_context else frozenset()
+        done_key = (found, sees_inputs, local_names)
+        if done_key in check.done:
+            return
+        check.done.add(done_key)
+        site = unit.origin.locate(ref.line, col)
+        verb = {"include": "included", "import": "imported", "extends": "extended"}[ref.kind]
+        self._check_unit(
+            _Unit(
+                key=key,
+                source=entry.source,
+                analysis=entry.analysis,
+                origin=TextOrigin(_display(found), 1, 1, "file"),
+                base_dir=found.parent,
+                sees_inputs=sees_inputs,
+                local_names=local_names,
+                chain=(*unit.chain, found),
+                pulled_in=f" ({verb} at {site})",
+            ),
+            check,
+        )
+
+    def _resolve(self, name: str, base_dir: Path) -> Path | _Unresolved:
+        """The real path of template ``name``, or why there is none."""
+        if not name.strip() or "\\" in name or Path(name).is_absolute() or "\x00" in name:
+            return _Unresolved(
+                f"template name {name!r} is not a relative path; name templates relative to "
+                f"the template folders ({self._folder_list()})"
+            )
+        relative = name.startswith(("./", "../"))
+        candidates = [base_dir / name] if relative else [f / name for f in self.search_paths]
+        for candidate in candidates:
+            if not candidate.is_file():
+                continue
+            real = candidate.resolve()
+            if not any(real.is_relative_to(folder) for folder in self._real_folders):
+                return _Unresolved(
+                    f"template {name!r} resolves to {str(real)!r}, outside the template "
+                    f"folders ({self._folder_list()}); templates may not leave them"
+                )
+            return real
+        where = (
+            f"next to this template ({_display(base_dir)})"
+            if relative
+            else (f"in the template folders ({self._folder_list()})")
+        )
+        return _Unresolved(f"template {name!r} not found {where}", missing=True)
+
+    def _folder_list(self) -> str:
+        return ", ".join(_display(p) + os.sep for p in self.search_paths)
+
+    def _load(self, path: Path) -> _FileEntry:
+        try:
+            stat = path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            stamp = (0, 0)
+        with self._lock:
+            cached = self._files.get(path)
+        if cached is not None and cached.stamp == stamp:
+            return cached
+        origin = TextOrigin(_display(path), 1, 1, "file")
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problem = Diagnostic(origin.path, 0, 0, f"cannot read template: {exc}")
+            return _FileEntry(stamp, "", None, (problem,))
+        analysis, problems = self._parse(source, str(path), origin)
+        entry = _FileEntry(stamp, source, analysis, problems)
+        with self._lock:
+            self._files[path] = entry
+        return entry
+
+
+# --- messages and positions ------------------------------------------------------------------
+
+_COMPUTED_NAME = (
+    "{kind} needs the template's name in quotes (e.g. {{% {kind} 'partials/header.j2' %}}); "
+    "a computed name cannot be checked when the agent loads"
+)
+_LITERAL_HINT = (
+    "; if this text is meant literally (JSON, code), wrap it in {% raw %}…{% endraw %} "
+    "or write {{ '{{' }}"
+)
+
+
+def _syntax_message(message: str) -> str:
+    unclosed = re.search(r"innermost block that needs to be closed is '(\w+)'", message)
+    if unclosed is not None:
+        tag = unclosed.group(1)
+        return f"template syntax error: this {{% {tag} %}} is never closed; add {{% end{tag} %}}"
+    text = f"template syntax error: {message.rstrip('.')}"
+    # Lexer and parser messages start in lower case; a stray "{{" in pasted JSON or code
+    # is the usual cause of these.
+    if message.startswith(("unexpected", "expected token")):
+        text += _LITERAL_HINT
+    return text
+
+
+def _failure(message: str, env: _jinja.PromptSandbox, source: str, line: int) -> tuple[str, int]:
+    """A message and column for a problem Jinja's compiler found (unknown filter …)."""
+    text = line_text(source, line)
+    unknown = re.match(r"No (filter|test) named '([^']+)'", message)
+    if unknown is None:
+        found = [p for p in (text.find("{{"), text.find("{%")) if p >= 0]
+        return message.rstrip("."), min(found, default=0) + 1
+    kind, name = unknown.groups()
+    known = env.filters if kind == "filter" else env.tests
+    close = difflib.get_close_matches(name, list(known), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    at = re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", text)
+    return f"there is no {kind} named {name!r}{hint}", (at.start() + 1 if at else 1)
+
+
+def _undeclared_message(name: str, unit: _Unit, check: _Check) -> str:
+    if not unit.sees_inputs:
+        return (
+            f"template reads {name!r}, but it is used without context (what 'import' does "
+            f"unless told otherwise) and sees no inputs; pass {name!r} to its macro as an "
+            f"argument, or add 'with context'{unit.pulled_in}"
+        )
+    known = sorted(check.declared | unit.local_names)
+    close = difflib.get_close_matches(name, known, n=1)
+    if close:
+        hint = f"; did you mean {close[0]!r}?"
+    elif check.declared:
+        hint = "; declared: " + ", ".join(repr(n) for n in sorted(check.declared))
+    else:
+        hint = f"; {check.declared_by} declares no inputs"
+    return (
+        f"template reads {name!r}, which {check.declared_by} does not declare in 'inputs'"
+        f"{hint}{unit.pulled_in}"
+    )
+
+
+def _display(path: Path) -> str:
+    """A path as users see it in messages: relative to the working directory when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

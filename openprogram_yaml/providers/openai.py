@@ -1,0 +1,429 @@
+"""The ``openai`` runtime: Chat Completions, with any compatible server via ``base_url``.
+
+OpenAI itself, Ollama, vLLM, llama.cpp's server, LM Studio, OpenRouter and others speak the
+same ``POST {base_url}/chat/completions``. Streaming uses server-sent events with
+``stream_options.include_usage`` so that usage arrives in the last chunk.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ErrorReason
+from ..runtimes.protocol import (
+    Capabilities,
+    DeltaCallback,
+    Message,
+    RuntimeConfig,
+    RuntimeDelta,
+    RuntimeResult,
+    ToolCall,
+    ToolSpec,
+    TurnFailure,
+    Usage,
+)
+from ._http import (
+    HTTPRuntime,
+    SSEEvent,
+    StreamAssembler,
+    failed,
+    failure_from_body_error,
+    image_source,
+    redact,
+)
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["OpenAIRuntime"]
+
+_FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+_SCHEMA_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+class OpenAIRuntime(HTTPRuntime):
+    """Chat Completions over one pooled HTTP client.
+
+    Options beyond ``HTTPRuntime``'s: ``max_tokens_field`` (``"max_completion_tokens"`` on
+    api.openai.com, ``"max_tokens"`` elsewhere, where older servers know only that one),
+    ``native_json_schema`` (set False for a server without ``json_schema`` response
+    formats) and ``extra_body`` (merged into every request, e.g. OpenRouter routing).
+    """
+
+    runtime_id = "openai"
+    default_base_url = "https://api.openai.com/v1"
+    default_key_env = "OPENAI_API_KEY"
+    base_url_env = "OPENAI_BASE_URL"
+    path = "/chat/completions"
+    bare_model_prefixes = ("gpt-", "chatgpt-", "o1", "o3", "o4")
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = 600.0,
+        connect_timeout_s: float = 10.0,
+        max_connections: int = 200,
+        provider: str | None = None,
+        model: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        max_tokens_field: str | None = None,
+        native_json_schema: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(
+            base_url=base_url,
+            api_key=api_key,
+            api_key_env=api_key_env,
+            headers=headers,
+            timeout_s=timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            max_connections=max_connections,
+            provider=provider,
+            model=model,
+            transport=transport,
+        )
+        if max_tokens_field is None:
+            official = "api.openai.com" in self.base_url
+            max_tokens_field = "max_completion_tokens" if official else "max_tokens"
+        self.max_tokens_field = max_tokens_field
+        self.native_json_schema = native_json_schema
+        self.extra_body = dict(extra_body or {})
+        self.config = RuntimeConfig(
+            self.runtime_id,
+            {"provider": self.provider, "base_url": self.base_url, "api_key_env": self.api_key_env},
+        )
+
+    def _auth_headers(self, key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"} if key else {}
+
+    def capabilities(self, model_ref: str | None = None) -> Capabilities:
+        """Tools, forced tool choice, parallel calls, streaming and ``json_schema`` output."""
+        return Capabilities(native_json_schema=self.native_json_schema)
+
+    # --- one turn -------------------------------------------------------------------
+
+    async def run_turn(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        system_prompt: str | None = None,
+        model_ref: str | None = None,
+        **kwargs: Any,
+    ) -> RuntimeResult:
+        """One Chat Completions call; streams when ``on_delta`` is given. Never raises."""
+        model = self.model_id(model_ref)
+        meta = {"runtime": self.runtime_id, "provider": self.provider, "model": model}
+        failure = self._precheck(model, kwargs)
+        if failure is not None:
+            return failed(failure, **meta)
+        on_delta: DeltaCallback | None = kwargs.get("on_delta")
+        try:
+            body = self.build_body(model or "", prompt, system_prompt, kwargs, on_delta is not None)
+            budget = kwargs.get("timeout_s")
+            headers = self._turn_headers(kwargs)
+            outcome: RuntimeResult | TurnFailure
+            if on_delta is None:
+                data = await self._post_json(self.path, body, budget, headers)
+                outcome = data if isinstance(data, TurnFailure) else parse_completion(data, self)
+            else:
+                assembler = _ChunkAssembler(self.provider, on_delta)
+                outcome = await self._post_stream(self.path, body, budget, assembler, headers)
+        except Exception as exc:  # never raise from run_turn
+            outcome = TurnFailure(
+                ErrorReason.UNKNOWN.value,
+                f"{self.provider}: {type(exc).__name__}: {exc}",
+                False,
+            )
+        if isinstance(outcome, TurnFailure):
+            outcome.message = redact(outcome.message, self._secrets())
+            return failed(outcome, **meta)
+        outcome.metadata = {**meta, **{k: v for k, v in outcome.metadata.items() if v is not None}}
+        return outcome
+
+    def build_body(
+        self,
+        model: str,
+        prompt: str | Sequence[Message],
+        system_prompt: str | None,
+        options: Mapping[str, Any],
+        stream: bool,
+    ) -> dict[str, Any]:
+        """The JSON body of one request."""
+        body: dict[str, Any] = {"model": model, "messages": to_messages(prompt, system_prompt)}
+        tools: Sequence[ToolSpec] | None = options.get("tools")
+        if tools:
+            body["tools"] = [_tool(t) for t in tools]
+            if options.get("tool_choice") is not None:
+                body["tool_choice"] = _tool_choice(options["tool_choice"])
+            if options.get("parallel_tool_calls") is not None:
+                body["parallel_tool_calls"] = bool(options["parallel_tool_calls"])
+        response_format = options.get("response_format")
+        if response_format:
+            body["response_format"] = _response_format(response_format)
+        if options.get("max_tokens") is not None:
+            body[self.max_tokens_field] = int(options["max_tokens"])
+        if options.get("temperature") is not None:
+            body["temperature"] = float(options["temperature"])
+        if isinstance(options.get("thinking_level"), str):
+            body["reasoning_effort"] = options["thinking_level"]
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        if self.extra_body:
+            body.update(self.extra_body)
+        return body
+
+
+# --- request ---------------------------------------------------------------------------
+
+
+def to_messages(prompt: str | Sequence[Message], system_prompt: str | None) -> list[dict[str, Any]]:
+    """Provider-neutral messages as Chat Completions messages."""
+    out: list[dict[str, Any]] = []
+    if system_prompt:
+        out.append({"role": "system", "content": system_prompt})
+    if isinstance(prompt, str):
+        out.append({"role": "user", "content": prompt})
+        return out
+    for message in prompt:
+        if isinstance(message, Mapping):
+            message = Message(**message)
+        role = message.role
+        if role == "tool":
+            text = message.text()
+            if message.is_error and not text.lower().startswith("error"):
+                text = f"Error: {text}"
+            out.append(
+                {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": text}
+            )
+        elif role == "assistant":
+            entry: dict[str, Any] = {"role": "assistant", "content": message.text() or None}
+            if message.tool_calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments or "{}"},
+                    }
+                    for call in message.tool_calls
+                ]
+            elif entry["content"] is None:
+                entry["content"] = ""
+            out.append(entry)
+        elif role == "system":
+            out.append({"role": "system", "content": message.text()})
+        else:
+            out.append({"role": "user", "content": _user_content(message.content)})
+    return out
+
+
+def _user_content(content: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    if isinstance(content, str):
+        return content
+    parts: list[dict[str, Any]] = []
+    for block in content:
+        kind = block.get("type")
+        if kind == "text":
+            parts.append({"type": "text", "text": str(block.get("text", ""))})
+        elif kind == "image":
+            source = image_source(block)
+            if source is None:
+                continue
+            url = source if isinstance(source, str) else f"data:{source[0]};base64,{source[1]}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    # Servers that predate content parts (older llama.cpp, some proxies) take plain text.
+    if all(p["type"] == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def _tool(tool: ToolSpec) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters}
+    if tool.description:
+        function["description"] = tool.description
+    if tool.strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, str):
+        return choice
+    if isinstance(choice, Mapping):
+        if isinstance(choice.get("function"), Mapping):
+            return {"type": "function", "function": {"name": choice["function"]["name"]}}
+        if choice.get("name"):
+            return {"type": "function", "function": {"name": choice["name"]}}
+    return choice
+
+
+def _response_format(spec: Mapping[str, Any]) -> dict[str, Any]:
+    name = _SCHEMA_NAME.sub("_", str(spec.get("name") or "response"))[:64] or "response"
+    json_schema: dict[str, Any] = {"name": name, "schema": spec.get("schema", {})}
+    if spec.get("description"):
+        json_schema["description"] = spec["description"]
+    if spec.get("strict") is not None:
+        json_schema["strict"] = bool(spec["strict"])
+    return {"type": "json_schema", "json_schema": json_schema}
+
+
+# --- response --------------------------------------------------------------------------
+
+
+def _usage(raw: Any) -> Usage | None:
+    if not isinstance(raw, Mapping):
+        return None
+    details = raw.get("prompt_tokens_details") or {}
+    return Usage(
+        input_tokens=int(raw.get("prompt_tokens") or 0),
+        output_tokens=int(raw.get("completion_tokens") or 0),
+        cache_read=int(details.get("cached_tokens") or 0),
+    )
+
+
+def _finish(raw: str | None, refusal: str | None) -> str | None:
+    if refusal:
+        return "refusal"
+    if raw is None:
+        return None
+    return _FINISH_REASONS.get(raw, raw)
+
+
+def parse_completion(
+    data: Mapping[str, Any], runtime: OpenAIRuntime
+) -> RuntimeResult | TurnFailure:
+    """A ``chat.completion`` body as a ``RuntimeResult``."""
+    choices = data.get("choices")
+    if not choices:
+        if data.get("error"):
+            return failure_from_body_error(data["error"], provider=runtime.provider)
+        return TurnFailure(
+            ErrorReason.SERVER_ERROR.value, f"{runtime.provider}: a reply without choices", True
+        )
+    choice = choices[0]
+    message = choice.get("message") or {}
+    refusal = message.get("refusal") or None
+    tool_calls = [
+        ToolCall(
+            id=str(call.get("id") or f"call_{i}"),
+            name=str((call.get("function") or {}).get("name") or ""),
+            arguments=(call.get("function") or {}).get("arguments") or "{}",
+        )
+        for i, call in enumerate(message.get("tool_calls") or ())
+    ]
+    thinking = message.get("reasoning_content") or message.get("reasoning") or ""
+    raw_finish = choice.get("finish_reason")
+    return RuntimeResult(
+        content=message.get("content") or "",
+        tool_calls=tool_calls,
+        thinking=thinking if isinstance(thinking, str) else "",
+        usage=_usage(data.get("usage")),
+        finish_reason=_finish(raw_finish, refusal),
+        refusal=refusal,
+        metadata={
+            "model": data.get("model"),
+            "response_id": data.get("id"),
+            "raw_finish_reason": raw_finish,
+        },
+    )
+
+
+class _ChunkAssembler(StreamAssembler):
+    """Assembles ``chat.completion.chunk`` events and reports each delta as it arrives."""
+
+    def __init__(self, provider: str, on_delta: DeltaCallback) -> None:
+        self.provider = provider
+        self.on_delta = on_delta
+        self.text: list[str] = []
+        self.thinking: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, list[str]] = {}  # index -> [id, name, arguments...]
+        self.finish: str | None = None
+        self.usage: Usage | None = None
+        self.model: str | None = None
+        self.response_id: str | None = None
+
+    def finished(self) -> bool:
+        return self.done or self.finish is not None
+
+    def feed(self, event: SSEEvent) -> None:
+        if event.data == "[DONE]":
+            self.done = True
+            return
+        chunk = self.decode(event)
+        if chunk is None:
+            return
+        if chunk.get("error"):
+            self.failure = failure_from_body_error(chunk["error"], provider=self.provider)
+            return
+        if self.response_id is None:
+            self.response_id = chunk.get("id")
+            self.model = chunk.get("model")
+        if chunk.get("usage"):
+            self.usage = _usage(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                self.text.append(text)
+                self.on_delta(RuntimeDelta("text", text))
+            thinking = delta.get("reasoning_content") or delta.get("reasoning")
+            if thinking and isinstance(thinking, str):
+                self.thinking.append(thinking)
+                self.on_delta(RuntimeDelta("thinking", thinking))
+            if delta.get("refusal"):
+                self.refusal.append(delta["refusal"])
+            for call in delta.get("tool_calls") or ():
+                self._tool_call_delta(call)
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+
+    def _tool_call_delta(self, call: Mapping[str, Any]) -> None:
+        index = int(call.get("index", len(self.calls)))
+        slot = self.calls.get(index)
+        if slot is None:
+            slot = self.calls[index] = ["", ""]
+        function = call.get("function") or {}
+        if call.get("id"):
+            slot[0] = call["id"]
+        if function.get("name"):
+            slot[1] += function["name"]
+        fragment = function.get("arguments") or ""
+        if fragment:
+            slot.append(fragment)
+        self.on_delta(
+            RuntimeDelta("tool_call", fragment, {"index": index, "id": slot[0], "name": slot[1]})
+        )
+
+    def result(self) -> RuntimeResult:
+        refusal = "".join(self.refusal) or None
+        return RuntimeResult(
+            content="".join(self.text),
+            tool_calls=[
+                ToolCall(slot[0] or f"call_{i}", slot[1], "".join(slot[2:]) or "{}")
+                for i, slot in sorted(self.calls.items())
+            ],
+            thinking="".join(self.thinking),
+            usage=self.usage,
+            finish_reason=_finish(self.finish, refusal),
+            refusal=refusal,
+            metadata={
+                "model": self.model,
+                "response_id": self.response_id,
+                "raw_finish_reason": self.finish,
+            },
+        )

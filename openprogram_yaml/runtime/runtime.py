@@ -1,0 +1,464 @@
+"""``Runtime``: ``exec()`` / ``async_exec()`` around any runtime, the same for every runtime.
+
+Retries, timeouts, structured output and repair, the tool loop, toolsets, ``choices``,
+streaming events, usage and the session trace are applied here (see ``engine.ExecRun``);
+the runtime chosen for the model only answers single turns. ``exec`` is the sync face of
+``async_exec``: it runs on an event loop kept per thread, so pooled connections survive
+between sync calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random as _random
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from openprogram_yaml.runtime.callable import CallableRuntime
+from openprogram_yaml.runtime.choices import ChoiceTerminal, normalize_choices
+from openprogram_yaml.runtime.content import render_content
+from openprogram_yaml.runtime.engine import ExecRun, StreamEmitter, message_record, turn_kwargs
+from openprogram_yaml.runtime.retry import (
+    RecoveryBudget,
+    RetryInfo,
+    resolve_backoff_base,
+    resolve_max_retries,
+)
+from openprogram_yaml.runtime.skills import default_skill_dirs, skills_block
+from openprogram_yaml.runtime.structured import (
+    DEFAULT_VALIDATION_RETRIES,
+    StructuredTerminal,
+    normalize_response_format,
+    select_mode,
+)
+from openprogram_yaml.runtime.syncface import LoopRunner
+from openprogram_yaml.runtime.terminal import TEXT_TERMINAL, UNSET, Terminal, Unset
+from openprogram_yaml.runtime.toolloop import ToolRunner
+from openprogram_yaml.runtime.toolsets import (
+    RESERVED_TOOLSETS,
+    Tool,
+    ToolsetPreset,
+    as_tool,
+    offer_tools,
+)
+from openprogram_yaml.runtime.trace import SessionTrace
+from openprogram_yaml.runtimes.protocol import AgentRuntimeProtocol, Capabilities
+
+__all__ = ["Runtime"]
+
+T = TypeVar("T")
+_NO_CAPS = Capabilities()
+
+
+def _capabilities(runtime: AgentRuntimeProtocol, model_ref: str) -> Capabilities:
+    caps = getattr(runtime, "capabilities", None)
+    if caps is None:
+        return _NO_CAPS
+    value = caps(model_ref)
+    return value if isinstance(value, Capabilities) else _NO_CAPS
+
+
+class Runtime:
+    """Runs model calls: ``exec(content, ...)`` returns text, a JSON value or a choice result.
+
+    Constructor arguments follow the seed (``call``, ``model``, ``max_retries``, ``api_key``,
+    ``skills``); the keyword-only ones inject collaborators: ``runtimes`` (a selector with
+    ``.select(model_ref)`` or one runtime instance), ``clock`` / ``sleep`` / ``random`` (so tests
+    never sleep), ``on_stream``, ``trace`` (a ``SessionTrace``), ``tools`` and ``toolsets``
+    (the registered set an exec gets when it names none).
+    """
+
+    def __init__(
+        self,
+        call: Callable[..., Any] | None = None,
+        model: str = "default",
+        max_retries: int | None = None,
+        api_key: str | None = None,
+        skills: bool | Sequence[str] | None = None,
+        *,
+        runtimes: Any = None,
+        backoff_base_s: float | None = None,
+        clock: Callable[[], float] | None = None,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        random: Callable[[], float] | None = None,
+        on_stream: Callable[[dict[str, Any]], None] | None = None,
+        trace: SessionTrace | None = None,
+        tools: Iterable[Any] = (),
+        toolsets: Mapping[str, ToolsetPreset] | None = None,
+        max_validation_retries: int = DEFAULT_VALIDATION_RETRIES,
+    ) -> None:
+        self.model = model
+        self.max_retries = resolve_max_retries(max_retries)
+        self.backoff_base_s = resolve_backoff_base(backoff_base_s)
+        self.skills = skills
+        self.system = ""
+        self.thinking_level = "off"
+        self.session_id = "op-" + secrets.token_hex(8)
+        self.on_stream = on_stream
+        self.last_usage: dict[str, int] | None = None
+        self.trace = trace
+        self.clock: Callable[[], float] = clock or time.monotonic
+        self.sleep: Callable[[float], Awaitable[Any]] = sleep or asyncio.sleep
+        self.random: Callable[[], float] = random or _random.random
+        if max_validation_retries not in (0, 1, 2):
+            raise ValueError("max_validation_retries must be 0, 1 or 2")
+        self.max_validation_retries = max_validation_retries
+        self._api_key = api_key
+        self._closed = False
+        self._skills_text: str | None = None
+        self._tools: dict[str, Tool] = {}
+        self._toolsets: dict[str, ToolsetPreset] = {}
+        self._loops = LoopRunner()
+        self._selector: Any = None
+        self._own_selector = False
+        self._fixed: AgentRuntimeProtocol | None = None
+        if runtimes is not None and call is not None:
+            raise TypeError("pass call= or runtimes=, not both")
+        if runtimes is not None:
+            if callable(getattr(runtimes, "select", None)):
+                self._selector = runtimes
+            elif callable(getattr(runtimes, "run_turn", None)):
+                self._fixed = runtimes
+            else:
+                raise TypeError("runtimes= must be a selector (.select) or a runtime (.run_turn)")
+        elif call is not None:
+            self._fixed = CallableRuntime(call)
+        elif (
+            type(self)._async_call is not Runtime._async_call
+            or type(self)._call is not Runtime._call
+        ):
+            self._fixed = CallableRuntime(self._async_call)
+        self.register_tools(*tools)
+        for name, preset in (toolsets or {}).items():
+            self.register_toolset(name, preset)
+
+    def __repr__(self) -> str:
+        return (
+            f"Runtime(model={self.model!r}, max_retries={self.max_retries}, "
+            f"session_id={self.session_id!r})"
+        )
+
+    # --- subclass hooks (the seed's _call / _async_call) -------------------------------
+
+    def _call(
+        self,
+        content: list[dict[str, Any]],
+        model: str = "default",
+        response_format: dict[str, Any] | None = None,
+    ) -> Any:
+        """Override to call a model once, synchronously (no retries: exec wraps it)."""
+        raise NotImplementedError(
+            "no provider configured: pass call=, a provider:model, or subclass"
+        )
+
+    async def _async_call(
+        self,
+        content: list[dict[str, Any]],
+        model: str = "default",
+        response_format: dict[str, Any] | None = None,
+    ) -> Any:
+        """Override to call a model once, asynchronously. Defaults to ``_call`` in a thread."""
+        return await asyncio.to_thread(self._call, content, model, response_format)
+
+    # --- tools --------------------------------------------------------------------------
+
+    def register_tools(self, *tools: Any) -> None:
+        """Add tools to the set an exec gets by default (``tools=None``)."""
+        for obj in tools:
+            tool = as_tool(obj)
+            self._tools[tool.name] = tool
+
+    def register_toolset(self, name: str, preset: ToolsetPreset) -> None:
+        """Add a named preset usable as ``toolset=name``."""
+        if name in RESERVED_TOOLSETS:
+            raise ValueError(f"toolset name {name!r} is reserved")
+        self._toolsets[name] = preset
+
+    # --- exec ---------------------------------------------------------------------------
+
+    def _runtime_for(self, model_ref: str, stream_fn: Any) -> AgentRuntimeProtocol:
+        if stream_fn is not None:
+            if callable(getattr(stream_fn, "run_turn", None)):
+                return stream_fn  # type: ignore[no-any-return]
+            return CallableRuntime(stream_fn)
+        if self._fixed is not None:
+            return self._fixed
+        if self._selector is None:
+            if model_ref == "default":
+                raise NotImplementedError(
+                    "no provider configured: pass call=, runtimes=, a 'provider:model' or 'test'"
+                )
+            from openprogram_yaml.runtimes.select import RuntimeSelector
+
+            self._selector = RuntimeSelector()
+            self._own_selector = True
+        return self._selector.select(model_ref)  # type: ignore[no-any-return]
+
+    def _system_prompt(self, extra: list[str], terminal: Terminal) -> str | None:
+        if self.skills and self._skills_text is None:
+            dirs = default_skill_dirs() if self.skills is True else list(self.skills)
+            self._skills_text = skills_block(dirs)
+        parts = [self.system, *extra, self._skills_text or "", terminal.system_suffix]
+        text = "\n\n".join(p for p in parts if p)
+        return text or None
+
+    def exec(
+        self,
+        content: str | Sequence[Any],
+        context: Any = None,
+        response_format: Any = None,
+        model: str | None = None,
+        tools: Sequence[Any] | None = None,
+        toolset: str | None = None,
+        tools_source: Sequence[str] | None = None,
+        tools_allow: Sequence[str] | None = None,
+        tools_deny: Sequence[str] | None = None,
+        tool_choice: str | dict[str, Any] | Unset = UNSET,
+        parallel_tool_calls: bool | Unset = UNSET,
+        max_iterations: int = 20,
+        choices: Any = None,
+        timeout_s: float | None = None,
+        on_retry: Callable[[RetryInfo], Any] | None = None,
+        web_search: bool = False,
+        stream_fn: Any = None,
+        max_validation_retries: int | None = None,
+        model_options: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Call the model (see ``async_exec``); blocks until the result is ready."""
+        if self._closed:
+            raise RuntimeError("this Runtime is closed")
+        return self._loops.run(
+            self.async_exec(
+                content,
+                context,
+                response_format,
+                model,
+                tools,
+                toolset,
+                tools_source,
+                tools_allow,
+                tools_deny,
+                tool_choice,
+                parallel_tool_calls,
+                max_iterations,
+                choices,
+                timeout_s,
+                on_retry,
+                web_search,
+                stream_fn,
+                max_validation_retries,
+                model_options,
+            )
+        )
+
+    async def async_exec(
+        self,
+        content: str | Sequence[Any],
+        context: Any = None,
+        response_format: Any = None,
+        model: str | None = None,
+        tools: Sequence[Any] | None = None,
+        toolset: str | None = None,
+        tools_source: Sequence[str] | None = None,
+        tools_allow: Sequence[str] | None = None,
+        tools_deny: Sequence[str] | None = None,
+        tool_choice: str | dict[str, Any] | Unset = UNSET,
+        parallel_tool_calls: bool | Unset = UNSET,
+        max_iterations: int = 20,
+        choices: Any = None,
+        timeout_s: float | None = None,
+        on_retry: Callable[[RetryInfo], Any] | None = None,
+        web_search: bool = False,
+        stream_fn: Any = None,
+        max_validation_retries: int | None = None,
+        model_options: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Call the model: text by default, a validated JSON value with ``response_format``,
+        the decision result with ``choices``. ``context`` is accepted and ignored (legacy).
+        ``model_options`` (``temperature``, ``max_tokens``, ``thinking_level``, …) are passed
+        to the runtime on every turn; ``None`` values are left out."""
+        args = (
+            content, response_format, model, tools, toolset, tools_source, tools_allow,
+            tools_deny, tool_choice, parallel_tool_calls, max_iterations, choices, timeout_s,
+            on_retry, web_search, stream_fn, max_validation_retries, model_options,
+        )  # fmt: skip
+        if self.trace is None:
+            return await self._prepare(*args).run()
+        # Open the node first, so that a run failing before its first request is recorded too.
+        with self.trace.span("exec", name=model or self.model) as node:
+            node.data["options"] = {
+                "response_format": response_format,
+                "choices": choices
+                if choices is None or isinstance(choices, list)
+                else list(choices),
+                "model": model,
+                "tools": None if tools is None else [getattr(t, "name", t) for t in tools],
+                "toolset": toolset,
+                "tools_allow": tools_allow,
+                "tools_deny": tools_deny,
+                "tool_choice": None if isinstance(tool_choice, Unset) else tool_choice,
+                "parallel_tool_calls": None
+                if isinstance(parallel_tool_calls, Unset)
+                else parallel_tool_calls,
+                "max_iterations": max_iterations,
+                "timeout_s": timeout_s,
+                "web_search": web_search,
+                "model_options": dict(model_options or {}),
+            }
+            run = self._prepare(*args)
+            run.node = node
+            node.inputs = {"content": message_record(run.messages[0])["content"]}
+            node.data["options"]["offered_tools"] = list(run.runner.offered)
+            node.output = await run.run()
+        return node.output
+
+    def _prepare(
+        self,
+        content: str | Sequence[Any],
+        response_format: Any,
+        model: str | None,
+        tools: Sequence[Any] | None,
+        toolset: str | None,
+        tools_source: Sequence[str] | None,
+        tools_allow: Sequence[str] | None,
+        tools_deny: Sequence[str] | None,
+        tool_choice: str | dict[str, Any] | Unset,
+        parallel_tool_calls: bool | Unset,
+        max_iterations: int,
+        choices: Any,
+        timeout_s: float | None,
+        on_retry: Callable[[RetryInfo], Any] | None,
+        web_search: bool,
+        stream_fn: Any,
+        max_validation_retries: int | None,
+        model_options: Mapping[str, Any] | None = None,
+    ) -> ExecRun:
+        """Everything an exec needs, checked before any request is made."""
+        if self._closed:
+            raise RuntimeError("this Runtime is closed")
+        if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
+            raise TypeError("max_iterations must be an int")
+        if max_validation_retries is not None and max_validation_retries not in (0, 1, 2):
+            raise ValueError("max_validation_retries must be 0, 1 or 2")
+        model_ref = model or self.model
+        runtime = self._runtime_for(model_ref, stream_fn)
+        caps = _capabilities(runtime, model_ref)
+        terminal: Terminal
+        if choices is not None and response_format is not None:
+            raise TypeError("choices and response_format cannot be combined")
+        if response_format is not None:
+            fmt = normalize_response_format(response_format)
+            retries = (
+                self.max_validation_retries
+                if max_validation_retries is None
+                else max_validation_retries
+            )
+            terminal = StructuredTerminal(fmt, select_mode(fmt, caps), retries)
+        elif choices is not None:
+            terminal = ChoiceTerminal(normalize_choices(choices), caps)
+        else:
+            terminal = TEXT_TERMINAL
+        message, system_extra = render_content(content)
+        offered, policy, explicit = offer_tools(
+            self._tools, self._toolsets, tools, toolset, tools_source, tools_allow, tools_deny
+        )
+        if offered and not caps.tools:
+            if explicit:
+                raise ValueError(f"the runtime for {model_ref!r} cannot call tools")
+            offered = {}
+        kwargs = turn_kwargs(offered, terminal, tool_choice, parallel_tool_calls, caps)
+        kwargs["session_id"] = self.session_id
+        if self.thinking_level != "off":
+            kwargs["thinking_level"] = self.thinking_level
+        if web_search:
+            kwargs["web_search"] = True
+        for key, value in (model_options or {}).items():
+            # Sampling knobs (temperature, max_tokens, …) go to the runtime as they are.
+            if value is not None:
+                kwargs[key] = value
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
+        emit = StreamEmitter(self.on_stream) if self.on_stream is not None else None
+        streams = emit is not None and caps.streaming
+        if streams:
+            assert emit is not None
+            kwargs["on_delta"] = emit.delta
+        if timeout_s is None:
+            raw = os.environ.get("OPENPROGRAM_EXEC_TIMEOUT_S", "").strip()
+            timeout_s = float(raw) if raw else None
+        if timeout_s is not None and timeout_s <= 0:
+            timeout_s = None
+        # Even with no tools offered a model may call one; the runner answers it with an error.
+        runner = ToolRunner(
+            offered,
+            policy,
+            known=self._tools,
+            emit=emit,
+            trace=self.trace,
+            sequential=parallel_tool_calls is False,
+        )
+        return ExecRun(
+            owner=self,
+            runtime=runtime,
+            model_ref=model_ref,
+            provider=getattr(runtime, "provider", None) or model_ref.partition(":")[0] or None,
+            terminal=terminal,
+            messages=[message],
+            system_prompt=self._system_prompt(system_extra, terminal),
+            kwargs=kwargs,
+            runner=runner,
+            max_iterations=max(1, max_iterations),
+            timeout_s=timeout_s,
+            on_retry=on_retry,
+            emit=emit,
+            streams=streams,
+            budget=RecoveryBudget(self.max_retries - 1),
+        )
+
+    # --- the sync face and lifetime -----------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the runtimes this object created; later execs raise ``RuntimeError``."""
+        self._closed = True
+        selector, self._selector = (
+            (self._selector, None) if self._own_selector else (None, self._selector)
+        )
+        if selector is not None and callable(getattr(selector, "aclose", None)):
+            await selector.aclose()
+
+    def close(self) -> None:
+        """Release resources; after this, ``exec()`` raises ``RuntimeError``."""
+        if not self._closed and self._own_selector and self._selector is not None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                self._loops.run(self.aclose())
+            # Inside a running loop we cannot wait here; ``await aclose()`` is the async way.
+        self._closed = True
+        self._loops.close()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,56 @@
+"""Skill discovery for the system prompt: an ``<available_skills>`` block.
+
+A skill is a folder holding ``SKILL.md`` whose front matter (between ``---`` lines) gives
+``name:`` and ``description:``. Only those two simple ``key: value`` lines are read, so no
+YAML parser is needed here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+__all__ = ["default_skill_dirs", "skills_block"]
+
+
+def default_skill_dirs() -> list[Path]:
+    """The user's and the current repository's skill folders."""
+    return [Path.home() / ".openprogram" / "skills", Path.cwd() / ".openprogram" / "skills"]
+
+
+def _front_matter(text: str) -> dict[str, str]:
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "---":
+        return {}
+    fields: dict[str, str] = {}
+    for line in lines[1:]:
+        if line.strip() == "---":
+            break
+        key, sep, value = line.partition(":")
+        if sep and key.strip() in ("name", "description"):
+            fields[key.strip()] = value.strip().strip("\"'")
+    return fields
+
+
+def skills_block(dirs: Sequence[str | Path]) -> str:
+    """The block listing every skill found under ``dirs``; empty when there are none."""
+    entries: list[str] = []
+    for base in dirs:
+        root = Path(base).expanduser()
+        if not root.is_dir():
+            continue
+        for skill_file in sorted(root.glob("*/SKILL.md")):
+            try:
+                fields = _front_matter(skill_file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError):
+                continue
+            name = fields.get("name") or skill_file.parent.name
+            entries.append(
+                f"  <skill><name>{escape(name)}</name>"
+                f"<description>{escape(fields.get('description', ''))}</description>"
+                f"<location>{escape(str(skill_file))}</location></skill>"
+            )
+    if not entries:
+        return ""
+    return "<available_skills>\n" + "\n".join(entries) + "\n</available_skills>"

@@ -1,0 +1,372 @@
+"""Structured output: the response_format envelope, mode selection, strict parsing, repair.
+
+Modes, chosen from the runtime's declared ``Capabilities`` before any request:
+
+- ``native``: the provider constrains the reply (``response_format`` kwarg).
+- ``tool``: a hidden ``submit_result`` tool carries the value (``fallback: auto``).
+- ``prompt``: an instruction in the system prompt (only with ``fallback: prompt``).
+
+Whatever the mode, the value is parsed strictly and validated locally against the original
+schema; a failure becomes a repair turn that feeds the issues back to the model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from openprogram_yaml.errors import (
+    StructuredOutputError,
+    StructuredOutputGenerationError,
+    StructuredOutputSchemaError,
+    StructuredOutputUnsupportedError,
+    StructuredOutputValidationError,
+)
+from openprogram_yaml.runtime.schemas import validator_for
+from openprogram_yaml.runtime.terminal import UNSET, Done, Redo
+from openprogram_yaml.runtime.validation import SchemaValidator
+from openprogram_yaml.runtimes.protocol import Capabilities, Message, RuntimeResult, ToolSpec
+
+__all__ = [
+    "DEFAULT_VALIDATION_RETRIES",
+    "SUBMIT_TOOL",
+    "ResponseFormat",
+    "StructuredTerminal",
+    "normalize_response_format",
+    "parse_json_strict",
+    "select_mode",
+]
+
+DEFAULT_VALIDATION_RETRIES = 2
+SUBMIT_TOOL = "submit_result"
+_ENVELOPE_KEYS = frozenset(
+    {"schema", "name", "description", "strict", "fallback", "max_validation_retries"}
+)
+_FALLBACKS = ("auto", "none", "prompt")
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    """A normalised structured-output request. Build with ``normalize_response_format``."""
+
+    schema: Mapping[str, Any] | bool
+    name: str = "response"
+    description: str = ""
+    strict: bool = True
+    fallback: str = "auto"
+    max_validation_retries: int | None = None
+    validator: SchemaValidator | None = field(default=None, compare=False, repr=False)
+
+    def native_payload(self) -> dict[str, Any]:
+        """The ``response_format`` kwarg a runtime with native structured output receives."""
+        return {
+            "name": self.name,
+            "schema": self.schema,
+            "strict": self.strict,
+            "description": self.description,
+        }
+
+
+def _schema_error(message: str) -> StructuredOutputSchemaError:
+    return StructuredOutputSchemaError(message, issues=[message])
+
+
+def _from_envelope(env: Mapping[str, Any]) -> ResponseFormat:
+    name = env.get("name", "response")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _schema_error(f"response_format.name must match [A-Za-z0-9_-]{{1,64}}, not {name!r}")
+    description = env.get("description", "")
+    if not isinstance(description, str):
+        raise _schema_error("response_format.description must be a string")
+    strict = env.get("strict", True)
+    if not isinstance(strict, bool):
+        raise _schema_error("response_format.strict must be true or false")
+    fallback = env.get("fallback", "auto")
+    if fallback not in _FALLBACKS:
+        raise _schema_error(
+            f"response_format.fallback must be one of {_FALLBACKS}, not {fallback!r}"
+        )
+    retries = env.get("max_validation_retries")
+    if retries is not None and (
+        isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 2
+    ):
+        raise _schema_error(f"max_validation_retries must be 0, 1 or 2, not {retries!r}")
+    schema = env["schema"]
+    if not isinstance(schema, Mapping | bool):
+        raise _schema_error("response_format.schema must be a JSON Schema object")
+    return ResponseFormat(
+        schema=schema,
+        name=name,
+        description=description,
+        strict=strict,
+        fallback=fallback,
+        max_validation_retries=retries,
+        validator=validator_for(schema, what="response schema"),
+    )
+
+
+_normalized: dict[int, tuple[object, ResponseFormat]] = {}
+
+
+def normalize_response_format(value: Any) -> ResponseFormat:
+    """A ``ResponseFormat`` from a bare JSON Schema, the envelope, or the OpenAI shape.
+
+    The envelope is a mapping whose keys are all among ``schema``, ``name``, ``description``,
+    ``strict``, ``fallback``, ``max_validation_retries`` and that has ``schema``.
+    """
+    if isinstance(value, ResponseFormat):
+        if value.validator is not None:
+            return value
+        return _from_envelope({k: getattr(value, k) for k in _ENVELOPE_KEYS})
+    hit = _normalized.get(id(value))
+    if hit is not None and hit[0] is value:
+        return hit[1]
+    if not isinstance(value, Mapping):
+        raise StructuredOutputSchemaError(
+            "response_format must be a JSON Schema object or an envelope with 'schema'",
+            issues=[f"got {type(value).__name__}"],
+        )
+    if value.get("type") == "json_schema" and isinstance(value.get("json_schema"), Mapping):
+        result = _from_envelope(value["json_schema"])
+    elif "schema" in value and _ENVELOPE_KEYS.issuperset(value):
+        result = _from_envelope(value)
+    else:
+        result = ResponseFormat(
+            schema=value, validator=validator_for(value, what="response schema")
+        )
+    if len(_normalized) > 512:
+        _normalized.clear()
+    _normalized[id(value)] = (value, result)
+    return result
+
+
+def select_mode(fmt: ResponseFormat, caps: Capabilities) -> str:
+    """``native``, ``tool`` or ``prompt``; ``StructuredOutputUnsupportedError`` otherwise."""
+    if caps.native_json_schema:
+        return "native"
+    if fmt.fallback == "prompt":
+        return "prompt"
+    if fmt.fallback == "auto" and caps.tools and caps.forced_tool_choice:
+        return "tool"
+    why = (
+        "fallback is 'none'"
+        if fmt.fallback == "none"
+        else "the runtime cannot force a tool call (set fallback: prompt for a prompt instruction)"
+    )
+    raise StructuredOutputUnsupportedError(
+        "this runtime has no native structured output and " + why,
+        issues=[f"fallback={fmt.fallback}", f"capabilities={caps}"],
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, val in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = val
+    return out
+
+
+def parse_json_strict(text: str) -> Any:
+    """Parse exactly one JSON value: no code fences, no trailing text, no NaN, no duplicate keys."""
+    if not text.strip():
+        raise StructuredOutputValidationError(
+            "the reply was empty", code="invalid_json", issues=["$: the reply was empty"]
+        )
+    try:
+        return json.loads(
+            text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
+        )
+    except ValueError as exc:
+        raise StructuredOutputValidationError(
+            "the reply is not valid JSON", code="invalid_json", issues=[f"$: {exc}"]
+        ) from None
+
+
+def _submit_parameters(schema: Mapping[str, Any] | bool) -> tuple[dict[str, Any], bool]:
+    """Tool parameters for the submit tool, and whether the value is wrapped in ``value``."""
+    if isinstance(schema, Mapping) and schema.get("type") == "object":
+        return dict(schema), False
+    wrapper: dict[str, Any] = {
+        "type": "object",
+        "properties": {"value": schema},
+        "required": ["value"],
+        "additionalProperties": False,
+    }
+    if isinstance(schema, Mapping):
+        # Local refs like "#/$defs/x" must still resolve once the schema sits under "value".
+        for key in ("$defs", "definitions"):
+            if key in schema:
+                wrapper[key] = schema[key]
+    return wrapper, True
+
+
+class StructuredTerminal:
+    """Ends a turn with a validated JSON value; repairs share the exec's recovery budget."""
+
+    budgeted = True
+
+    def __init__(self, fmt: ResponseFormat, mode: str, max_validation_retries: int) -> None:
+        self.fmt = fmt
+        self.mode = mode
+        self.name = f"structured:{mode}"
+        self.max_redos = (
+            fmt.max_validation_retries
+            if fmt.max_validation_retries is not None
+            else max_validation_retries
+        )
+        self.response_format = fmt.native_payload() if mode == "native" else None
+        self.hidden_tools: tuple[ToolSpec, ...] = ()
+        self._wrapped = False
+        schema_text = json.dumps(fmt.schema, sort_keys=True)
+        if mode == "tool":
+            params, self._wrapped = _submit_parameters(fmt.schema)
+            self.hidden_tools = (
+                ToolSpec(
+                    name=SUBMIT_TOOL,
+                    description=fmt.description or "Submit the final answer.",
+                    parameters=params,
+                    strict=fmt.strict,
+                ),
+            )
+            self.system_suffix = (
+                f"When you have the final answer, call the `{SUBMIT_TOOL}` tool with it, "
+                "on its own in that turn. Do not give the final answer as plain text."
+            )
+        elif mode == "prompt":
+            self.system_suffix = (
+                "Reply with only a JSON value that matches this JSON Schema: no code fences, "
+                f"no comments, no text before or after it.\n{schema_text}"
+            )
+        else:
+            self.system_suffix = ""
+
+    def tool_choice(self, has_user_tools: bool) -> Any:
+        if self.mode == "tool" and not has_user_tools:
+            return {"type": "function", "name": SUBMIT_TOOL}
+        return UNSET
+
+    def _check(self, value: Any) -> list[str]:
+        assert self.fmt.validator is not None
+        return self.fmt.validator.errors(value)
+
+    def accept(self, result: RuntimeResult) -> Done | Redo | None:
+        if result.refusal is not None or result.finish_reason in ("refusal", "content_filter"):
+            raise StructuredOutputGenerationError(
+                "the model refused to produce the structured reply",
+                code="refusal",
+                issues=[result.refusal or f"finish_reason={result.finish_reason}"],
+            )
+        if self.mode == "tool":
+            return self._accept_submission(result)
+        if result.tool_calls:
+            return None
+        if result.finish_reason == "length":
+            return self._incomplete(result)
+        try:
+            value = parse_json_strict(result.content)
+        except StructuredOutputValidationError as exc:
+            return self._redo_text(result, exc)
+        issues = self._check(value)
+        if issues:
+            return self._redo_text(
+                result,
+                StructuredOutputValidationError(
+                    "the reply does not match the response schema",
+                    code="validation_failed",
+                    issues=issues,
+                ),
+            )
+        return Done(value)
+
+    def _incomplete(self, result: RuntimeResult) -> Redo:
+        error = StructuredOutputGenerationError(
+            "the structured reply was cut off before it was complete",
+            code="incomplete",
+            issues=["finish_reason=length"],
+        )
+        note = "Your previous reply was cut off. Reply again, completely and more concisely."
+        messages = [
+            Message("assistant", result.content, list(result.tool_calls)),
+            Message("user", note),
+        ]
+        return Redo(messages, error.code, error.issues, error)
+
+    def _redo_text(self, result: RuntimeResult, error: StructuredOutputError) -> Redo:
+        feedback = (
+            "Your reply could not be used:\n"
+            + "\n".join(f"- {issue}" for issue in error.issues)
+            + "\nReply again with only the corrected JSON value."
+        )
+        messages = [Message("assistant", result.content), Message("user", feedback)]
+        return Redo(messages, error.code, error.issues, error)
+
+    def _accept_submission(self, result: RuntimeResult) -> Done | Redo | None:
+        submits = [c for c in result.tool_calls if c.name == SUBMIT_TOOL]
+        if not submits:
+            if result.tool_calls:
+                return None
+            if result.finish_reason == "length":
+                return self._incomplete(result)
+            error = StructuredOutputValidationError(
+                f"the model answered without calling {SUBMIT_TOOL}",
+                code="missing_submission",
+                issues=[f"$: no {SUBMIT_TOOL} call in the final reply"],
+            )
+            note = f"Call the `{SUBMIT_TOOL}` tool with your final answer."
+            messages = [Message("assistant", result.content), Message("user", note)]
+            return Redo(messages, error.code, error.issues, error)
+        assistant = Message("assistant", result.content, list(result.tool_calls))
+        if len(result.tool_calls) > 1:
+            error = StructuredOutputValidationError(
+                f"{SUBMIT_TOOL} must be the only tool call in its turn",
+                code="mixed_submission",
+                issues=[f"$: {len(result.tool_calls)} tool calls alongside {SUBMIT_TOOL}"],
+            )
+            replies = [
+                Message(
+                    "tool",
+                    f"Not run: {error}. Nothing was executed.",
+                    tool_call_id=c.id,
+                    name=c.name,
+                    is_error=True,
+                )
+                for c in result.tool_calls
+            ]
+            return Redo([assistant, *replies], error.code, error.issues, error)
+        call = submits[0]
+        try:
+            value = parse_json_strict(call.arguments)
+            if self._wrapped:
+                if not isinstance(value, dict) or "value" not in value:
+                    raise StructuredOutputValidationError(
+                        "the submission has no 'value'",
+                        code="validation_failed",
+                        issues=["$: 'value' is a required property"],
+                    )
+                value = value["value"]
+            issues = self._check(value)
+            if issues:
+                raise StructuredOutputValidationError(
+                    "the submission does not match the response schema",
+                    code="validation_failed",
+                    issues=issues,
+                )
+        except StructuredOutputValidationError as exc:
+            feedback = (
+                "Rejected:\n"
+                + "\n".join(f"- {issue}" for issue in exc.issues)
+                + f"\nCall {SUBMIT_TOOL} again with corrected arguments."
+            )
+            reply = Message("tool", feedback, tool_call_id=call.id, name=call.name, is_error=True)
+            return Redo([assistant, reply], exc.code, exc.issues, exc)
+        return Done(value)

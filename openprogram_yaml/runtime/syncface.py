@@ -1,0 +1,64 @@
+"""Running coroutines from sync code: ``Runtime.exec`` is the sync face of ``async_exec``.
+
+Each thread gets one event loop that lives as long as the ``Runtime``, so pooled connections
+a runtime opened survive from one sync call to the next (``asyncio.run`` would close them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Awaitable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+__all__ = ["LoopRunner"]
+
+T = TypeVar("T")
+
+
+async def _await(coro: Awaitable[T]) -> T:
+    return await coro
+
+
+def _run_on_fresh_loop(coro: Awaitable[T]) -> T:
+    return asyncio.run(_await(coro))
+
+
+class LoopRunner:
+    """Runs awaitables to completion on a per-thread loop it owns."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._loops: list[asyncio.AbstractEventLoop] = []
+        self._lock = threading.Lock()
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
+        if loop is None or loop.is_closed():
+            loop = asyncio.new_event_loop()
+            self._local.loop = loop
+            with self._lock:
+                self._loops.append(loop)
+        return loop
+
+    def run(self, coro: Awaitable[T]) -> T:
+        """The result of ``coro``, blocking this thread until it is done."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._loop().run_until_complete(_await(coro))
+        # Called from inside a running loop (a notebook, async code calling exec()): run on a
+        # helper thread with its own loop, keeping the caller's context variables.
+        ctx = contextvars.copy_context()
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(ctx.run, _run_on_fresh_loop, coro).result()
+
+    def close(self) -> None:
+        """Close every loop that is not running now."""
+        with self._lock:
+            loops, self._loops = self._loops, []
+        for loop in loops:
+            if not loop.is_running() and not loop.is_closed():
+                loop.close()

@@ -1,0 +1,184 @@
+"""Running the tool calls a model asked for, and turning every outcome into a tool message.
+
+Nothing a tool does ends the exec: an unknown tool, refused tool, invalid arguments or a
+raising tool become an error result (``Message(role="tool", is_error=True)``) the model sees
+and can react to. ``execute`` receives the parsed arguments as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from openprogram_yaml.errors import StructuredOutputError
+from openprogram_yaml.runtime.schemas import validator_for
+from openprogram_yaml.runtime.structured import parse_json_strict
+from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, current_policy
+from openprogram_yaml.runtime.trace import SessionTrace
+from openprogram_yaml.runtimes.protocol import Message, ToolCall
+
+__all__ = [
+    "MAX_RESULT_CHARS",
+    "MAX_SAME_FAILURES",
+    "ToolRunner",
+    "call_maybe_async",
+    "render_result",
+]
+
+#: Tool results longer than this are cut, with a marker saying how much was left out.
+MAX_RESULT_CHARS = 20_000
+#: A call (same tool, same arguments) that failed this many times is not run again.
+MAX_SAME_FAILURES = 2
+
+StreamEmit = Callable[[dict[str, Any]], None]
+
+
+async def call_maybe_async(
+    fn: Callable[..., Any], is_async: bool, kwargs: Mapping[str, Any]
+) -> Any:
+    """Call ``fn(**kwargs)``: awaited if async, in a worker thread if sync (it may block)."""
+    if is_async:
+        result = fn(**kwargs)
+    else:
+        result = await asyncio.to_thread(fn, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def render_result(value: Any, cap: int = MAX_RESULT_CHARS) -> str:
+    """A tool's return value as the text the model sees, capped at ``cap`` characters."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+    if len(text) > cap:
+        text = f"{text[:cap]}\n[truncated: {len(text) - cap} more characters]"
+    return text
+
+
+class ToolRunner:
+    """Runs the tool calls of one exec; remembers failures across its turns."""
+
+    def __init__(
+        self,
+        offered: Mapping[str, Tool],
+        policy: ToolPolicy,
+        *,
+        known: Mapping[str, Tool],
+        sequential: bool = False,
+        emit: StreamEmit | None = None,
+        trace: SessionTrace | None = None,
+        max_result_chars: int = MAX_RESULT_CHARS,
+    ) -> None:
+        self.offered = offered
+        self.policy = policy
+        self.known = known
+        self.sequential = sequential
+        self.emit = emit
+        self.trace = trace
+        self.max_result_chars = max_result_chars
+        self.failures: dict[tuple[str, str], int] = {}
+        self.records: list[dict[str, Any]] = []
+
+    async def run(self, calls: list[ToolCall]) -> list[Message]:
+        """One tool message per call, in the order of ``calls``."""
+        if len(calls) == 1 or self.sequential:
+            return [await self._run_one(call) for call in calls]
+        return list(await asyncio.gather(*(self._run_one(call) for call in calls)))
+
+    def _refusal(self, name: str) -> str | None:
+        tool = self.offered.get(name)
+        reason = self.policy.refusal(name)
+        if reason is not None:
+            return f"Refused: {reason}."
+        if tool is None:
+            if name in self.known:
+                return f"Refused: tool {name!r} is not available in this call."
+            available = ", ".join(sorted(self.offered)) or "none"
+            return f"Unknown tool {name!r}. Available tools: {available}."
+        return None
+
+    def _arguments(self, tool: Tool, raw: str) -> tuple[dict[str, Any] | None, str]:
+        """Parsed, validated arguments, or None and the problem."""
+        try:
+            args = parse_json_strict(raw) if raw.strip() else {}
+        except StructuredOutputError as exc:
+            return None, f"Invalid arguments for {tool.name!r}: {'; '.join(exc.issues)}"
+        if not isinstance(args, dict):
+            return None, f"Invalid arguments for {tool.name!r}: expected a JSON object"
+        issues = validator_for(
+            tool.spec.parameters, what=f"parameters of tool {tool.name!r}"
+        ).errors(args)
+        if issues:
+            return None, f"Invalid arguments for {tool.name!r}:\n" + "\n".join(
+                f"- {i}" for i in issues
+            )
+        return args, ""
+
+    @staticmethod
+    def _key(call: ToolCall) -> tuple[str, str]:
+        try:
+            canonical = json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
+        except ValueError:
+            canonical = call.arguments
+        return call.name, canonical
+
+    async def _run_one(self, call: ToolCall) -> Message:
+        key = self._key(call)
+        record: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
+        self.records.append(record)
+        if self.emit is not None:
+            self.emit(
+                {"type": "tool_use", "id": call.id, "name": call.name, "arguments": call.arguments}
+            )
+        text, ok = await self._outcome(call, key)
+        if not ok:
+            self.failures[key] = self.failures.get(key, 0) + 1
+        record["is_error"] = not ok
+        record["result"] = text if len(text) <= 2000 else text[:2000] + "…"
+        if self.emit is not None:
+            self.emit(
+                {
+                    "type": "tool_result",
+                    "id": call.id,
+                    "name": call.name,
+                    "content": text,
+                    "is_error": not ok,
+                }
+            )
+        return Message("tool", text, tool_call_id=call.id, name=call.name, is_error=not ok)
+
+    async def _outcome(self, call: ToolCall, key: tuple[str, str]) -> tuple[str, bool]:
+        refusal = self._refusal(call.name)
+        if refusal is not None:
+            return refusal, False
+        if self.failures.get(key, 0) >= MAX_SAME_FAILURES:
+            return (
+                f"Not run: this exact call to {call.name!r} already failed "
+                f"{self.failures[key]} times. Change the arguments or try something else.",
+                False,
+            )
+        tool = self.offered[call.name]
+        args, problem = self._arguments(tool, call.arguments)
+        if args is None:
+            return problem, False
+        token = current_policy().set(self.policy)
+        try:
+            if self.trace is None:
+                value = await call_maybe_async(tool.execute, tool.is_async, args)
+            else:
+                with self.trace.span("tool", name=tool.name, inputs=args) as node:
+                    value = await call_maybe_async(tool.execute, tool.is_async, args)
+                    node.output = render_result(value, 2000)
+        except Exception as exc:  # any tool failure is reported to the model, not raised
+            return f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", False
+        finally:
+            current_policy().reset(token)
+        return render_result(value, self.max_result_chars), True

@@ -1,0 +1,207 @@
+"""The session trace: one node per exec (and per method call or tool call), nested.
+
+Nodes form a tree through ``parent_id``: an exec started while a ``span`` is open (a method
+call, a tool call, another exec) becomes its child. The trace can be written as JSON Lines,
+one node per line, and read back. Keys that look like credentials are redacted on output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = ["SessionTrace", "TraceNode", "current_span", "jsonable"]
+
+_SECRET_KEY = re.compile(
+    r"(^|[_-])(api[_-]?key|authorization|secret|password|passwd|access[_-]?token|"
+    r"refresh[_-]?token|auth[_-]?token|bearer|x-api-key)$",
+    re.IGNORECASE,
+)
+_REDACTED = "[redacted]"
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data, with credential-like keys redacted."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {
+            str(k): (_REDACTED if _SECRET_KEY.search(str(k)) else jsonable(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    to_dict = getattr(value, "to_dict", None)
+    if callable(to_dict):
+        return jsonable(to_dict())
+    return repr(value)
+
+
+@dataclass(slots=True)
+class TraceNode:
+    """One recorded step. ``data`` holds kind-specific fields (messages, usage, attempts, …)."""
+
+    id: str
+    kind: str
+    name: str = ""
+    parent_id: str | None = None
+    start_time: float = 0.0
+    duration_s: float | None = None
+    status: str = "running"
+    inputs: Any = None
+    output: Any = None
+    error: dict[str, Any] | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    clock_start: float = field(default=0.0, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "parent_id": self.parent_id,
+            "start_time": self.start_time,
+            "duration_s": self.duration_s,
+            "status": self.status,
+            "inputs": jsonable(self.inputs),
+            "output": jsonable(self.output),
+            "error": jsonable(self.error),
+            "data": jsonable(self.data),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TraceNode:
+        return cls(
+            id=str(raw["id"]),
+            kind=str(raw["kind"]),
+            name=str(raw.get("name", "")),
+            parent_id=raw.get("parent_id"),
+            start_time=float(raw.get("start_time", 0.0)),
+            duration_s=raw.get("duration_s"),
+            status=str(raw.get("status", "ok")),
+            inputs=raw.get("inputs"),
+            output=raw.get("output"),
+            error=raw.get("error"),
+            data=dict(raw.get("data") or {}),
+        )
+
+
+_current: ContextVar[TraceNode | None] = ContextVar("openprogram_trace_span", default=None)
+
+
+def current_span() -> TraceNode | None:
+    """The innermost open node in this context (task or thread), if any."""
+    return _current.get()
+
+
+def _error_dict(exc: BaseException) -> dict[str, Any]:
+    to_dict = getattr(exc, "to_dict", None)
+    base: dict[str, Any] = to_dict() if callable(to_dict) else {}
+    base.setdefault("type", type(exc).__name__)
+    base.setdefault("message", str(exc))
+    for attr in ("code", "issues", "kind"):
+        if hasattr(exc, attr) and attr not in base:
+            base[attr] = getattr(exc, attr)
+    return base
+
+
+class SessionTrace:
+    """Records nodes in start order. Pass it to ``Runtime(trace=...)``."""
+
+    def __init__(
+        self, *, clock: Callable[[], float] | None = None, session_id: str | None = None
+    ) -> None:
+        self.clock = clock or time.monotonic
+        self.session_id = session_id
+        self.nodes: list[TraceNode] = []
+
+    def start(self, kind: str, name: str = "", inputs: Any = None) -> TraceNode:
+        """Open a node under the current span; close it with ``finish``."""
+        parent = _current.get()
+        node = TraceNode(
+            id=uuid.uuid4().hex[:16],
+            kind=kind,
+            name=name,
+            parent_id=parent.id if parent is not None else None,
+            start_time=time.time(),
+            inputs=inputs,
+        )
+        node.clock_start = self.clock()
+        self.nodes.append(node)
+        return node
+
+    def finish(
+        self, node: TraceNode, *, output: Any = None, error: BaseException | None = None
+    ) -> None:
+        node.duration_s = self.clock() - node.clock_start
+        if error is not None:
+            node.status = "error"
+            node.error = _error_dict(error)
+        else:
+            node.status = "ok"
+            node.output = output
+
+    @contextmanager
+    def span(self, kind: str, name: str = "", inputs: Any = None) -> Iterator[TraceNode]:
+        """Open a node; execs and spans started inside become its children.
+
+        Set ``node.output`` inside the block; an exception marks the node failed.
+        """
+        node = self.start(kind, name, inputs)
+        token = _current.set(node)
+        try:
+            yield node
+        except BaseException as exc:
+            self.finish(node, error=exc)
+            raise
+        else:
+            self.finish(node, output=node.output)
+        finally:
+            _current.reset(token)
+
+    def get(self, node_id: str) -> TraceNode:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(node_id)
+
+    def roots(self) -> list[TraceNode]:
+        ids = {n.id for n in self.nodes}
+        return [n for n in self.nodes if n.parent_id is None or n.parent_id not in ids]
+
+    def children(self, node: TraceNode | str) -> list[TraceNode]:
+        node_id = node if isinstance(node, str) else node.id
+        return [n for n in self.nodes if n.parent_id == node_id]
+
+    def to_jsonl(self) -> str:
+        return "".join(
+            json.dumps(n.to_dict(), ensure_ascii=False, default=repr) + "\n" for n in self.nodes
+        )
+
+    def write_jsonl(self, target: str | os.PathLike[str] | IO[str]) -> None:
+        """Write every node, one JSON object per line."""
+        text = self.to_jsonl()
+        if isinstance(target, str | os.PathLike):
+            Path(target).write_text(text, encoding="utf-8")
+        else:
+            target.write(text)
+
+    @classmethod
+    def read_jsonl(cls, source: str | os.PathLike[str] | IO[str]) -> SessionTrace:
+        """A trace from JSON Lines written by ``write_jsonl``."""
+        if isinstance(source, str | os.PathLike):
+            text = Path(source).read_text(encoding="utf-8")
+        else:
+            text = source.read()
+        trace = cls()
+        trace.nodes = [TraceNode.from_dict(json.loads(line)) for line in text.splitlines() if line]
+        return trace

@@ -1,0 +1,206 @@
+"""The Runtime object: construction, call=, subclassing, content, selection, lifetime."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openprogram_yaml.providers.test import FakeClock, ScriptedRuntime, TestRuntime
+from openprogram_yaml.runtime import Runtime
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+
+def test_seed_attributes() -> None:
+    rt = Runtime(call=lambda c, m, r: "x", model="host-model")
+    assert rt.model == "host-model"
+    assert rt.max_retries == 6
+    assert rt.system == ""
+    assert rt.thinking_level == "off"
+    assert re.fullmatch(r"op-[0-9a-f]+", rt.session_id)
+    assert rt.on_stream is None
+    assert rt.last_usage is None
+    rt.exec("a")
+    first = rt.session_id
+    rt.exec("b")
+    assert rt.session_id == first  # stable across calls
+
+
+def test_call_function_receives_blocks_model_and_format() -> None:
+    seen: list[tuple[Any, str, Any]] = []
+
+    def my_llm(content: list[dict[str, Any]], model: str, response_format: Any) -> str:
+        seen.append((content, model, response_format))
+        return '{"n": 1}' if response_format else "hello"
+
+    rt = Runtime(call=my_llm, model="host-model")
+    rt.system = "You are terse."
+    assert rt.exec("hi") == "hello"
+    content, model, fmt = seen[0]
+    assert model == "host-model" and fmt is None
+    assert content == [
+        {"type": "text", "text": "You are terse.", "role": "system"},
+        {"type": "text", "text": "hi"},
+    ]
+    assert rt.exec("n?", response_format=SCHEMA) == {"n": 1}
+    assert seen[1][2]["schema"] == SCHEMA
+
+
+def test_async_call_function() -> None:
+    async def my_llm(content: list[dict[str, Any]], model: str, response_format: Any) -> str:
+        await asyncio.sleep(0)
+        return "async hello"
+
+    assert Runtime(call=my_llm).exec("hi") == "async hello"
+
+
+def test_call_function_reply_is_validated_and_repaired() -> None:
+    replies = iter(["nope", '{"n": 2}'])
+    rt = Runtime(call=lambda c, m, r: next(replies))
+    assert rt.exec("n?", response_format=SCHEMA) == {"n": 2}
+
+
+def test_subclass_overriding_call() -> None:
+    class Mine(Runtime):
+        def _call(
+            self, content: list[dict[str, Any]], model: str = "default", response_format: Any = None
+        ) -> Any:
+            return f"sub: {content[-1]['text']}"
+
+    assert Mine().exec("hi") == "sub: hi"
+
+
+def test_no_provider_is_not_implemented() -> None:
+    with pytest.raises(NotImplementedError):
+        Runtime().exec("hi")
+
+
+def test_system_blocks_and_media(tmp_path: Path) -> None:
+    image = tmp_path / "shot.png"
+    image.write_bytes(b"\x89PNG fake")
+    model = ScriptedRuntime(["ok"])
+    rt = Runtime(runtimes=model)
+    rt.system = "Base."
+    rt.exec(
+        [
+            {"type": "text", "text": "Extra rule.", "role": "system"},
+            {"type": "text", "text": "Find the button."},
+            {"type": "image", "path": str(image)},
+            {"type": "hologram", "data": "?"},
+        ]
+    )
+    req = model.requests[0]
+    assert req.system_prompt == "Base.\n\nExtra rule."
+    blocks = req.messages[0].content
+    assert isinstance(blocks, list)
+    assert blocks[0] == {"type": "text", "text": "Find the button."}
+    assert blocks[1]["mime_type"] == "image/png"
+    assert base64.b64decode(blocks[1]["data"]) == b"\x89PNG fake"
+    assert len(blocks) == 2  # the unknown block type is skipped
+
+
+def test_bad_content_is_a_type_error() -> None:
+    rt = Runtime(runtimes=ScriptedRuntime(["x"]))
+    with pytest.raises(TypeError):
+        rt.exec(42)  # type: ignore[arg-type]
+
+
+def test_model_override_goes_through_the_selector() -> None:
+    picked: list[str] = []
+    scripted = ScriptedRuntime(["from scripted"])
+
+    class Selector:
+        def select(self, model_ref: str) -> Any:
+            picked.append(model_ref)
+            return scripted if model_ref.startswith("scripted:") else TestRuntime()
+
+    rt = Runtime(model="test", runtimes=Selector())
+    assert rt.exec("hi").startswith("test reply")
+    assert rt.exec("hi", model="scripted:x") == "from scripted"
+    assert picked == ["test", "scripted:x"]
+    assert scripted.requests[0].model_ref == "scripted:x"
+
+
+def test_thinking_level_and_web_search_are_passed_through() -> None:
+    model = ScriptedRuntime(["a", "b"])
+    rt = Runtime(runtimes=model)
+    rt.exec("x")
+    assert "thinking_level" not in model.requests[0].kwargs
+    rt.thinking_level = "high"
+    rt.exec("x", web_search=True)
+    assert model.requests[1].kwargs["thinking_level"] == "high"
+    assert model.requests[1].kwargs["web_search"] is True
+    assert model.requests[1].kwargs["session_id"] == rt.session_id
+
+
+def test_close_and_context_manager() -> None:
+    with Runtime(runtimes=ScriptedRuntime(["x"])) as rt:
+        assert rt.exec("hi") == "x"
+    with pytest.raises(RuntimeError, match="closed"):
+        rt.exec("again")
+
+    async def main() -> None:
+        async with Runtime(runtimes=ScriptedRuntime(["y"])) as art:
+            assert await art.async_exec("hi") == "y"
+        with pytest.raises(RuntimeError):
+            await art.async_exec("again")
+
+    asyncio.run(main())
+
+
+def test_sync_exec_from_inside_a_running_loop() -> None:
+    rt = Runtime(runtimes=ScriptedRuntime(["inner"]))
+
+    async def main() -> str:
+        return str(rt.exec("hi"))
+
+    assert asyncio.run(main()) == "inner"
+
+
+def test_many_concurrent_async_execs(clock: FakeClock) -> None:
+    rt = Runtime(model="test", runtimes=TestRuntime(), clock=clock.now, sleep=clock.sleep)
+
+    async def main() -> list[Any]:
+        return await asyncio.gather(*(rt.async_exec(f"q{i}") for i in range(200)))
+
+    results = asyncio.run(main())
+    assert results[7] == "test reply to: q7"
+
+
+def test_default_selector_serves_the_test_model() -> None:
+    with Runtime(model="test") as rt:
+        assert rt.exec("hello") == "test reply to: hello"
+
+
+def test_runtimes_and_call_are_exclusive() -> None:
+    with pytest.raises(TypeError):
+        Runtime(call=lambda c, m, r: "x", runtimes=ScriptedRuntime())
+    with pytest.raises(TypeError):
+        Runtime(runtimes=object())
+
+
+def test_stream_fn_overrides_the_runtime_for_one_call() -> None:
+    default = ScriptedRuntime(["default"])
+    rt = Runtime(runtimes=default)
+    assert rt.exec("x", stream_fn=ScriptedRuntime(["override"])) == "override"
+    assert rt.exec("x", stream_fn=lambda c, m, r: "from a function") == "from a function"
+    assert rt.exec("x") == "default"
+
+
+def test_skills_are_listed_in_the_system_prompt(tmp_path: Path) -> None:
+    skill = tmp_path / "pdf"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text(
+        "---\nname: pdf-tools\ndescription: Read & split PDFs\n---\nBody\n", encoding="utf-8"
+    )
+    model = ScriptedRuntime(["a"])
+    Runtime(runtimes=model, skills=[str(tmp_path)]).exec("x")
+    system = model.requests[0].system_prompt or ""
+    assert "<available_skills>" in system
+    assert "<name>pdf-tools</name>" in system
+    assert "Read &amp; split PDFs" in system

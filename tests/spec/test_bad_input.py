@@ -1,0 +1,211 @@
+"""Every kind of bad input gets the right position, a message that says what to do, exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from openprogram_yaml.compile.agent import compile_path
+from openprogram_yaml.errors import ConfigError
+from openprogram_yaml.runner.cli import main
+
+
+def diagnostics(path: Path) -> list[tuple[int, int, str]]:
+    with pytest.raises(ConfigError) as info:
+        compile_path(path)
+    return [(d.line, d.col, d.message) for d in info.value.diagnostics]
+
+
+def one(path: Path) -> tuple[int, int, str]:
+    found = diagnostics(path)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_typod_key_points_at_the_key_with_a_hint(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        methods:
+          classify:
+            promt: "Label {{ ticket }}"
+            inputs: {ticket: {type: string}}
+        """,
+    )
+    line, col, msg = one(path)
+    assert (line, col) == (5, 5)
+    assert "unknown key 'promt' in method 'classify'; did you mean 'prompt'?" in msg
+
+
+def test_wrong_type_points_at_the_value(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        defaults:
+          timeout_s: soon
+        methods:
+          m: {prompt: hi}
+        """,
+    )
+    assert one(path) == (4, 14, "'defaults.timeout_s': expected a number, got 'soon'")
+
+
+def test_missing_required_field(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        methods:
+          m: {prompt: hi}
+        """,
+    )
+    line, col, msg = one(path)
+    assert (line, col) == (1, 1)
+    assert "missing required key 'name'" in msg
+
+
+def test_method_without_prompt_says_what_to_add(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        methods:
+          m:
+            description: nothing to say
+        """,
+    )
+    line, col, msg = one(path)
+    assert (line, col) == (5, 5)
+    assert "needs a 'prompt'" in msg
+
+
+def test_undefined_template_variable_at_its_position(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        methods:
+          classify:
+            inputs: {ticket: {type: string}}
+            prompt: |
+              Ticket:
+              {{ tickt }}
+        """,
+    )
+    line, col, msg = one(path)
+    assert (line, col) == (8, 10)
+    assert "'tickt'" in msg and "did you mean 'ticket'" in msg
+
+
+def test_unset_env_without_default_names_the_field(write, monkeypatch) -> None:
+    monkeypatch.delenv("NO_SUCH_MODEL_VAR", raising=False)
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        model: ${env:NO_SUCH_MODEL_VAR}
+        methods:
+          m: {prompt: hi}
+        """,
+    )
+    line, col, msg = one(path)
+    assert (line, col) == (3, 8)
+    assert "NO_SUCH_MODEL_VAR is not set" in msg and "'model'" in msg
+    assert "${env:NO_SUCH_MODEL_VAR:-value}" in msg
+
+
+def test_invalid_yaml(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        methods:
+          m: {prompt: hi
+        """,
+    )
+    line, col, msg = one(path)
+    assert line == 5 and col == 1
+    assert msg.startswith("invalid YAML")
+
+
+def test_response_schema_that_is_not_a_json_schema(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        methods:
+          m:
+            prompt: hi
+            response_schema:
+              type: objekt
+        """,
+    )
+    line, col, msg = one(path)
+    assert (line, col) == (7, 13)
+    assert "invalid JSON Schema" in msg and "'objekt'" in msg
+
+
+def test_all_problems_of_a_file_in_one_run(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        modle: test
+        methods:
+          a: {prompt: "{{ x }}"}
+          b: {prompt: hi, timeout_s: -1}
+        """,
+    )
+    found = diagnostics(path)
+    assert [(line, col) for line, col, _ in found] == [(3, 1), (5, 19), (6, 30)]
+
+
+def test_unknown_method_on_the_command_line(capsys) -> None:
+    from support import EXAMPLES
+
+    code = main([str(EXAMPLES / "triage.yaml"), "clasify", "-i", "ticket=x"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "no method 'clasify'; did you mean 'classify'?" in err
+    assert "Traceback" not in err
+
+
+def test_input_failing_its_schema_exits_2(capsys) -> None:
+    from support import EXAMPLES
+
+    code = main([str(EXAMPLES / "triage.yaml"), "draft_reply", "-i", "ticket=x", "-i", "tone=rude"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "$.tone: 'rude' is not one of ['friendly', 'formal']" in err
+    assert "Traceback" not in err
+
+
+def test_config_error_exits_2_with_positions_and_no_traceback(write, capsys) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        methods:
+          m: {prompt: hi, tool_choise: auto}
+        """,
+    )
+    code = main(["check", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert (
+        f"{path}:4:19: error: unknown key 'tool_choise' in method 'm'; did you mean 'tool_choice'?"
+        in err
+    )
+    assert "Traceback" not in err
