@@ -1,0 +1,333 @@
+"""``http`` tools: one HTTP request built from templates of the tool's arguments.
+
+The URL, query values, header values and body are templates rendered with the arguments.
+The body is a template string (sent as is) or a JSON value whose string leaves are
+templates; a leaf that is exactly ``{{ name }}`` keeps the argument's JSON type, so a number
+stays a number. Values put into a URL path are not escaped for you: write
+``{{ id | urlencode }}`` where an argument could hold ``/``, ``?`` or ``#``.
+
+What the model gets back: the parsed body when the response is JSON, else its text. A body
+over ``max_bytes`` is not read further; the model sees the first part and a marker.
+Non-2xx statuses (redirects included: they are not followed, so credentials never travel to
+another host) are a ``ToolError`` with the status and a short excerpt of the body. Header
+values are treated as secrets: they are blanked out of every result and error.
+
+httpx is imported when a request is first made. The client is pooled per event loop and
+shared by the tools given the same ``HttpClients``; ``aclose()`` closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
+from urllib.parse import urlsplit, urlunsplit
+
+from openprogram_yaml.errors import ToolError
+from openprogram_yaml.tools.base import ConfiguredTool, TextTemplate, ToolBuildError, cap_text
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["BodyTemplate", "HttpClients", "HttpTool"]
+
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_MAX_BYTES = 1_000_000
+#: Characters of an error response's body shown to the model.
+ERROR_EXCERPT_CHARS = 500
+REDACTED = "***"
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+#: Headers that describe the request rather than authorise it; their values are not secret.
+_PLAIN_HEADERS = frozenset(
+    {"accept", "accept-language", "accept-encoding", "content-type", "user-agent", "cache-control"}
+)
+_WHOLE_VARIABLE = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
+
+#: A request body: a template, or JSON whose string leaves are templates.
+BodyTemplate: TypeAlias = (
+    TextTemplate
+    | Mapping[str, "BodyTemplate"]
+    | Sequence["BodyTemplate"]
+    | int
+    | float
+    | bool
+    | None
+)
+
+
+class HttpClients:
+    """The pooled client HTTP tools share: one per event loop, closed by ``aclose()``.
+
+    A connection pool belongs to the loop it was opened on, so a caller running each
+    ``exec()`` in a fresh loop still gets a working client.
+    """
+
+    def __init__(self) -> None:
+        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._lock = threading.Lock()
+
+    def get(self) -> httpx.AsyncClient:
+        """The client of the running loop, created on first use."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._clients.get(loop)
+            if client is None:
+                # Forget clients of loops that are gone; their sockets went with them.
+                self._clients = {k: v for k, v in self._clients.items() if not k.is_closed()}
+                client = self._clients[loop] = _build_client()
+            return client
+
+    async def aclose(self) -> None:
+        """Close the client of the running loop and forget the others."""
+        with self._lock:
+            clients, self._clients = self._clients, {}
+        client = clients.get(asyncio.get_running_loop())
+        if client is not None:
+            await client.aclose()
+
+
+def _build_client() -> httpx.AsyncClient:
+    import httpx
+
+    # Timeouts are per request (each tool has its own); redirects are never followed, so
+    # header credentials cannot be carried to another host.
+    return httpx.AsyncClient(
+        follow_redirects=False,
+        trust_env=False,
+        limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+    )
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every secret (longest first) replaced by ``***``."""
+    for secret in secrets:
+        if len(secret) >= 4 and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def _render_body(body: BodyTemplate, variables: Mapping[str, Any]) -> Any:
+    if isinstance(body, Mapping):
+        return {key: _render_body(value, variables) for key, value in body.items()}
+    if isinstance(body, (list, tuple)):
+        return [_render_body(item, variables) for item in body]
+    if body is None or isinstance(body, (bool, int, float)):
+        return body
+    template: TextTemplate = body  # type: ignore[assignment]  # the only other member
+    whole = _WHOLE_VARIABLE.match(template.source.strip())
+    if whole is not None and whole.group(1) in variables:
+        return variables[whole.group(1)]
+    return template.render(variables)
+
+
+def _secrets(headers: Mapping[str, str]) -> list[str]:
+    """Header values to blank out, longest first (a value and its credential part)."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        if name.lower() in _PLAIN_HEADERS:
+            continue
+        found.add(value)
+        # "Bearer <token>": the token alone may be echoed back too.
+        found.update(part for part in value.split() if len(part) >= 6)
+    return sorted(found, key=len, reverse=True)
+
+
+def _redact_value(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, dict):
+        return {key: _redact_value(item, secrets) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_redact_value(item, secrets) for item in value]
+    return value
+
+
+def _public_url(url: str) -> str:
+    """``url`` without its query and credentials, for messages (the query may carry keys)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _is_json(content_type: str) -> bool:
+    mime = content_type.split(";")[0].strip().lower()
+    return mime == "application/json" or mime.endswith("+json")
+
+
+class HttpTool(ConfiguredTool):
+    """An HTTP request as a tool. See the module docstring for what the model sees."""
+
+    kind = "http"
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        parameters: Mapping[str, Any] | None,
+        method: str,
+        url: TextTemplate,
+        *,
+        headers: Mapping[str, TextTemplate] | None = None,
+        query: Mapping[str, TextTemplate] | None = None,
+        body: BodyTemplate = None,
+        timeout_s: float | None = None,
+        max_bytes: int | None = None,
+        clients: HttpClients | None = None,
+    ) -> None:
+        super().__init__(name, description, parameters)
+        self.method = method.strip().upper()
+        if self.method not in METHODS:
+            raise ToolBuildError(
+                f"tool {name!r}: unknown HTTP method {method!r}; use one of "
+                f"{', '.join(sorted(METHODS))}",
+                field="method",
+            )
+        timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+        max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+        if timeout_s <= 0:
+            raise ToolBuildError(f"tool {name!r}: timeout_s must be > 0", field="timeout_s")
+        if max_bytes <= 0:
+            raise ToolBuildError(f"tool {name!r}: max_bytes must be > 0", field="max_bytes")
+        self.url = url
+        self.headers = dict(headers or {})
+        self.query = dict(query or {})
+        self.body = body
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self._owns_clients = clients is None
+        self._clients = clients if clients is not None else HttpClients()
+
+    def _render(self, variables: Mapping[str, Any], secrets: Sequence[str]) -> dict[str, Any]:
+        """The request's parts; a template failure names the part, never a header value."""
+        part = "url"
+        try:
+            url = self.url.render(variables)
+            part = "query"
+            params = {key: t.render(variables) for key, t in self.query.items()}
+            part = "body"
+            body = None if self.body is None else _render_body(self.body, variables)
+        except Exception as exc:  # template failures are the tool's failure, told to the model
+            raise ToolError(
+                f"could not build the request {part}: {redact(str(exc), secrets)}"
+            ) from exc
+        request: dict[str, Any] = {"url": url, "params": params}
+        if isinstance(body, str):
+            request["content"] = body.encode("utf-8")
+        elif body is not None:
+            request["json"] = body
+        return request
+
+    def _rendered_headers(self, variables: Mapping[str, Any]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for key, template in self.headers.items():
+            try:
+                out[key] = template.render(variables)
+            except Exception as exc:
+                # The message of a failed header template could quote the secret: not shown.
+                raise ToolError(
+                    f"could not build the request header {key!r} "
+                    f"({type(exc).__name__}; its text is not shown because headers may hold "
+                    "secrets)"
+                ) from None
+        return out
+
+    def _check_url(self, url: str) -> None:
+        parts = urlsplit(url.strip())
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            shown = f"{parts.scheme}:" if parts.scheme else repr(_public_url(url)[:100])
+            raise ToolError(
+                f"refused: the request URL must be an http:// or https:// address, not {shown}"
+                " (check the arguments that go into the URL)"
+            )
+
+    async def _run(self, arguments: dict[str, Any]) -> Any:
+        variables = self.template_variables(arguments)
+        headers = self._rendered_headers(variables)
+        secrets = _secrets(headers)
+        request = self._render(variables, secrets)
+        self._check_url(request["url"])
+        where = f"{self.method} {_public_url(request['url'])}"
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                status, content_type, data, truncated = await self._send(request, headers)
+        except TimeoutError:
+            raise ToolError(f"{where} timed out after {self.timeout_s:g}s") from None
+        except ToolError:
+            raise
+        except Exception as exc:  # httpx and socket errors, translated at the boundary
+            detail = redact(str(exc) or type(exc).__name__, secrets)
+            raise ToolError(f"{where} failed: {type(exc).__name__}: {detail}") from exc
+        text = data.decode(_charset(content_type), "replace")
+        if not 200 <= status < 300:
+            excerpt = redact(cap_text(text.strip(), ERROR_EXCERPT_CHARS), secrets)
+            raise ToolError(f"{where} returned HTTP {status}" + (f": {excerpt}" if excerpt else ""))
+        if truncated:
+            shown = redact(text, secrets)
+            return (
+                f"{shown}\n[truncated: the response is larger than {self.max_bytes} bytes; "
+                "only the first part is shown]"
+            )
+        if not data:
+            return f"(empty response, HTTP {status})"
+        if _is_json(content_type):
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                pass
+            else:
+                return _redact_value(parsed, secrets)
+        return redact(text, secrets)
+
+    async def _send(
+        self, request: dict[str, Any], headers: dict[str, str]
+    ) -> tuple[int, str, bytes, bool]:
+        """Status, content type, up to ``max_bytes`` of the body, and whether it was cut."""
+        import httpx
+
+        client = self._clients.get()
+        async with client.stream(
+            self.method,
+            request["url"],
+            params=request["params"] or None,
+            headers=headers,
+            content=request.get("content"),
+            json=request.get("json"),
+            timeout=httpx.Timeout(self.timeout_s),
+        ) as response:
+            chunks: list[bytes] = []
+            size = 0
+            truncated = False
+            async for chunk in response.aiter_bytes():
+                room = self.max_bytes - size
+                if len(chunk) > room:
+                    chunks.append(chunk[:room])
+                    truncated = True
+                    break  # leaving the block closes the response: nothing more is read
+                chunks.append(chunk)
+                size += len(chunk)
+            return (
+                response.status_code,
+                response.headers.get("content-type", ""),
+                b"".join(chunks),
+                truncated,
+            )
+
+    async def aclose(self) -> None:
+        """Close the pooled client, when this tool owns it (a shared one is closed by its owner)."""
+        if self._owns_clients:
+            await self._clients.aclose()
+
+
+def _charset(content_type: str) -> str:
+    match = re.search(r"charset=([\w.-]+)", content_type, re.IGNORECASE)
+    if match is not None:
+        try:
+            "".encode(match.group(1))
+        except LookupError:
+            return "utf-8"
+        return match.group(1)
+    return "utf-8"

@@ -1,0 +1,420 @@
+"""``python: module:function`` tools: a function of the project, called with the arguments.
+
+The reference is resolved with importlib, with the project root first on ``sys.path`` for
+the import only. Targets in the standard library, in this package's own dependencies (YAML,
+Jinja2, pydantic, jsonschema, httpx) or in openprogram_yaml itself are refused, and so are
+builtins re-exported from a project module: a tool runs the project's code, not a general
+escape hatch into the interpreter.
+
+When the YAML gives no ``parameters``, they are derived from the signature and type hints;
+the docstring's first line becomes the description when none is given. A module inside the
+project whose file changed since it was imported is reloaded, so hot reload picks up edits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import importlib
+import inspect
+import json
+import sys
+import threading
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from openprogram_yaml.errors import ToolError
+from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
+
+__all__ = ["PythonTarget", "PythonTool", "load_python_tool", "schema_from_signature"]
+
+#: Top-level packages never accepted as targets, besides the standard library.
+REFUSED_PACKAGES = frozenset(
+    {
+        "yaml",
+        "_yaml",
+        "pyyaml",
+        "ruamel",
+        "jinja2",
+        "markupsafe",
+        "pydantic",
+        "pydantic_core",
+        "jsonschema",
+        "referencing",
+        "httpx",
+        "httpcore",
+        "openprogram_yaml",
+    }
+)
+
+_import_lock = threading.Lock()
+#: (mtime_ns, size) of project modules when they were imported, to notice edits.
+_stamps: dict[str, tuple[int, int]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class PythonTarget:
+    """A resolved ``module:attr``: the callable, and the module file hot reload watches."""
+
+    ref: str
+    function: Callable[..., Any]
+    file: Path | None
+
+
+def _refused(top: str) -> str | None:
+    if top in sys.stdlib_module_names or top == "__main__":
+        return "is in the Python standard library"
+    if top in REFUSED_PACKAGES:
+        return "belongs to a library openprogram_yaml itself uses"
+    return None
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
+
+
+def _module_file(module: types.ModuleType) -> Path | None:
+    name = getattr(module, "__file__", None)
+    return Path(name).resolve() if name else None
+
+
+def _import(module_name: str, root: Path) -> types.ModuleType:
+    """Import ``module_name`` with ``root`` first on sys.path; reload it if edited since."""
+    with _import_lock:
+        added = str(root) not in sys.path
+        if added:
+            sys.path.insert(0, str(root))
+        try:
+            importlib.invalidate_caches()
+            module = sys.modules.get(module_name)
+            if module is None:
+                module = importlib.import_module(module_name)
+            else:
+                file = _module_file(module)
+                # Only the project's own modules are reloaded; libraries never change under us.
+                edited = _stamps.get(module_name) not in (None, _stamp(file) if file else None)
+                if file is not None and file.is_relative_to(root) and edited:
+                    module = importlib.reload(module)
+            file = _module_file(module)
+            if file is not None and file.is_relative_to(root):
+                stamp = _stamp(file)
+                if stamp is not None:
+                    _stamps[module_name] = stamp
+            return module
+        finally:
+            if added:
+                with contextlib.suppress(ValueError):
+                    sys.path.remove(str(root))
+
+
+def load_python_tool(ref: str, *, project_root: Path) -> PythonTarget:
+    """Resolve ``"module:attr"`` (``attr`` may be dotted) to a callable of the project."""
+    module_name, sep, attr = ref.partition(":")
+    module_name, attr = module_name.strip(), attr.strip()
+    if not sep or not module_name or not attr:
+        raise ToolBuildError(
+            f"python tool reference {ref!r} must look like 'package.module:function'",
+            field="python",
+        )
+    top = module_name.split(".")[0]
+    why = _refused(top)
+    if why is not None:
+        raise ToolBuildError(
+            f"python tool {ref!r} is refused: module {top!r} {why}; point the tool at a "
+            "function in your project's own code (wrap the library call there if needed)",
+            field="python",
+        )
+    root = Path(project_root).resolve()
+    try:
+        module = _import(module_name, root)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or module_name
+        raise ToolBuildError(
+            f"python tool {ref!r}: no module named {missing!r} (looked in the project root "
+            f"{str(root)!r} and the installed packages)",
+            field="python",
+        ) from exc
+    except SyntaxError as exc:
+        raise ToolBuildError(
+            f"python tool {ref!r}: {exc.filename}:{exc.lineno}: syntax error: {exc.msg}",
+            field="python",
+        ) from exc
+    except Exception as exc:  # importing user code may raise anything; report, don't crash
+        raise ToolBuildError(
+            f"python tool {ref!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}",
+            field="python",
+        ) from exc
+
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ToolBuildError(
+                f"python tool {ref!r}: {module_name!r} has no attribute {attr!r}",
+                field="python",
+            ) from None
+    _check_target(ref, target)
+    return PythonTarget(ref, target, _module_file(module))
+
+
+def _check_target(ref: str, target: Any) -> None:
+    if inspect.isbuiltin(target) or isinstance(target, types.BuiltinMethodType):
+        raise ToolBuildError(
+            f"python tool {ref!r} is refused: it is a builtin; write a function in your project",
+            field="python",
+        )
+    if inspect.isclass(target) or not callable(target):
+        kind = "a class" if inspect.isclass(target) else f"a {type(target).__name__}"
+        raise ToolBuildError(f"python tool {ref!r} is {kind}, not a function", field="python")
+    # A project module may re-export a library function (``from os import system``): the
+    # place the function was defined is what counts.
+    defined_in = getattr(inspect.unwrap(target), "__module__", None) or ""
+    why = _refused(defined_in.split(".")[0]) if defined_in else None
+    if why is not None:
+        raise ToolBuildError(
+            f"python tool {ref!r} is refused: it is defined in {defined_in!r}, which {why}; "
+            "point the tool at a function in your project's own code",
+            field="python",
+        )
+
+
+# --- parameters from a signature ---------------------------------------------------------
+
+_SCALARS: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+    None: {"type": "null"},
+}
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+def _type_schema(hint: Any, where: str) -> dict[str, Any]:
+    """JSON Schema for one annotation; ``ToolBuildError`` when it has no JSON meaning."""
+    if hint is Any or hint is inspect.Parameter.empty or hint is object:
+        return {}
+    if hint in _SCALARS:
+        return dict(_SCALARS[hint])
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        schema = _type_schema(args[0], where)
+        notes = [a for a in args[1:] if isinstance(a, str)]
+        if notes:
+            schema["description"] = notes[0]
+        return schema
+    if origin is typing.Union or origin is types.UnionType:
+        options = [_type_schema(a, where) for a in args]
+        if all(set(o) == {"type"} and isinstance(o["type"], str) for o in options):
+            return {"type": [o["type"] for o in options]}
+        return {"anyOf": options}
+    if origin is typing.Literal:
+        schema = {"enum": list(args)}
+        kinds = {_JSON_TYPES.get(type(a)) for a in args}
+        if len(kinds) == 1 and None not in kinds:
+            schema["type"] = kinds.pop()
+        return schema
+    if hint in (list, tuple, set, frozenset) or origin in (list, set, frozenset, Sequence):
+        return (
+            {"type": "array", "items": _type_schema(args[0], where)} if args else {"type": "array"}
+        )
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return {"type": "array", "items": _type_schema(args[0], where)}
+        items = [_type_schema(a, where) for a in args]
+        return {
+            "type": "array",
+            "prefixItems": items,
+            "minItems": len(items),
+            "maxItems": len(items),
+        }
+    if hint is dict or origin in (dict, Mapping):
+        if len(args) == 2:
+            return {"type": "object", "additionalProperties": _type_schema(args[1], where)}
+        return {"type": "object"}
+    if inspect.isclass(hint) and issubclass(hint, enum.Enum):
+        return {"enum": [member.value for member in hint]}
+    raise ToolBuildError(
+        f"{where}: the type {hint!r} has no JSON Schema equivalent; annotate it with str, int, "
+        "float, bool, list, dict, Literal or Optional, or declare `parameters:` for the tool",
+        field="parameters",
+    )
+
+
+def schema_from_signature(function: Callable[..., Any], name: str) -> tuple[str, dict[str, Any]]:
+    """``(description, parameters)`` for ``function``: its docstring's first line, and a
+    JSON Schema object built from its signature, type hints and defaults."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError) as exc:
+        raise ToolBuildError(
+            f"tool {name!r}: cannot read the signature of the function ({exc}); declare "
+            "`parameters:` for the tool",
+            field="parameters",
+        ) from exc
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except Exception:
+        # Unresolvable forward references: fall back to "any value" rather than fail, the
+        # function still runs and the YAML can declare parameters to be precise.
+        hints = {}
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    extra = False
+    for param in signature.parameters.values():
+        where = f"tool {name!r}, parameter {param.name!r}"
+        if param.kind is param.VAR_KEYWORD:
+            extra = True
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.POSITIONAL_ONLY):
+            raise ToolBuildError(
+                f"{where}: tools are called with keyword arguments, so positional-only and "
+                "*args parameters cannot be filled",
+                field="python",
+            )
+        schema = _type_schema(hints.get(param.name, inspect.Parameter.empty), where)
+        if param.default is param.empty:
+            required.append(param.name)
+        else:
+            try:
+                json.dumps(param.default)
+            except (TypeError, ValueError):
+                pass
+            else:
+                schema["default"] = param.default
+        properties[param.name] = schema
+    parameters: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        parameters["required"] = required
+    parameters["additionalProperties"] = extra
+    return _first_doc_line(function), parameters
+
+
+def _first_doc_line(function: Callable[..., Any]) -> str:
+    doc = inspect.getdoc(function) or ""
+    return (doc.strip().splitlines() or [""])[0].strip()
+
+
+# --- the tool ----------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    """A JSON-ready stand-in for values ``json`` cannot write (dataclasses, models, sets)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    return str(value)
+
+
+def result_text(value: Any) -> str:
+    """A function's return value as the model sees it: text as is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return json.dumps(value, ensure_ascii=False, default=_jsonable)
+
+
+class PythonTool(ConfiguredTool):
+    """A Python function called as a tool.
+
+    ``parameters`` and ``description`` default to what the function's signature and
+    docstring say. When ``parameters`` are given, each property must be a parameter the
+    function accepts.
+    """
+
+    kind = "python"
+
+    def __init__(
+        self,
+        name: str,
+        description: str | None,
+        parameters: Mapping[str, Any] | None,
+        ref: str,
+        project_root: Path,
+    ) -> None:
+        self.target = load_python_tool(ref, project_root=project_root)
+        function = self.target.function
+        if parameters is None:
+            derived_description, parameters = schema_from_signature(function, name)
+        else:
+            _check_declared(name, function, parameters)
+            derived_description = _first_doc_line(function)
+        # An empty description counts as none: the docstring says more than nothing.
+        super().__init__(name, description or derived_description, parameters)
+        self._is_async = _is_async(self.target.function)
+
+    @property
+    def source_file(self) -> Path | None:
+        """The module file the function comes from (hot reload watches it)."""
+        return self.target.file
+
+    @property
+    def files(self) -> frozenset[Path]:
+        return frozenset({self.target.file}) if self.target.file is not None else frozenset()
+
+    async def _run(self, arguments: dict[str, Any]) -> Any:
+        function = self.target.function
+        try:
+            if self._is_async:
+                value = await function(**arguments)
+            else:
+                # A sync function may block; a worker thread keeps the event loop free.
+                value = await asyncio.to_thread(function, **arguments)
+            if inspect.isawaitable(value):
+                value = await value
+        except ToolError:
+            raise
+        except (Exception, SystemExit) as exc:  # SystemExit too: a tool must not end the run
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            return result_text(value)
+        except (TypeError, ValueError) as exc:
+            raise ToolError(
+                f"the function returned a value that cannot be written as JSON: {exc}"
+            ) from exc
+
+
+def _is_async(function: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(function):
+        return True
+    call = getattr(type(function), "__call__", None)  # noqa: B004
+    return not inspect.isroutine(function) and inspect.iscoroutinefunction(call)
+
+
+def _check_declared(name: str, function: Callable[..., Any], declared: Mapping[str, Any]) -> None:
+    try:
+        params = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return  # nothing to compare against; the call itself will report a mismatch
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    properties = declared.get("properties")
+    unknown = sorted(set(properties) - accepted) if isinstance(properties, Mapping) else []
+    if unknown:
+        raise ToolBuildError(
+            f"tool {name!r}: parameters {', '.join(map(repr, unknown))} are declared but "
+            f"{getattr(function, '__qualname__', 'the function')} does not accept them "
+            f"(it takes: {', '.join(sorted(accepted)) or 'no arguments'})",
+            field="parameters",
+        )
