@@ -10,8 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .compile.agent import compile_agent_files, compile_path
     from .compile.program import Agent, Method, Program
+    from .compile.project import compile_agent_files, compile_path
     from .errors import (
         ConfigError,
         DecisionError,
@@ -61,8 +61,8 @@ _EXPORTS: dict[str, str] = {
     "Agent": "compile.program",
     "Method": "compile.program",
     "Program": "compile.program",
-    "compile_agent_files": "compile.agent",
-    "compile_path": "compile.agent",
+    "compile_agent_files": "compile.project",
+    "compile_path": "compile.project",
     # errors
     "ConfigError": "errors",
     "DecisionError": "errors",

@@ -1,39 +1,33 @@
-"""Compile agent files into a ``Program``: templates, schemas, options, runtime rules.
+"""Compile one agent document: its methods, templates, schemas, choices, tools and toolsets.
 
-Every problem of every file is collected and raised together as one ``ConfigError``.
+Problems are collected, not raised, so that one run reports every problem of every file;
+``compile/project.py`` puts the agents of a project together into a ``Program``.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, Diagnostic
 from ..runtime.validation import SchemaValidator
-from ..spec.loader import AgentDocument, PartialDocument, load_agent_file
+from ..spec.diagnostics import did_you_mean
+from ..spec.loader import AgentDocument, PartialDocument
 from ..spec.models import AgentSpec, ExecOptionsSpec, MethodSpec
 from ..spec.positions import TextOrigin
 from ..spec.yamlread import Loc, SourceMap
-from .paths import find_project_root, resolve_inside
-from .program import Agent, ExecOptions, Method, Program, RetryPolicy, RuntimeRule
+from .context import Collector, ProjectContext
+from .paths import display_path, resolve_inside
+from .program import Agent, ChoiceOption, ExecOptions, Method, RetryPolicy, RuntimeRule
 from .schemas import bundle_schema, envelope_problems, split_envelope
 from .templates import CompiledTemplate, TemplateEngine
+from .tools import build_tools
+from .toolsets import check_tool_selection, compile_toolsets
 
-__all__ = ["compile_agent_files", "compile_path"]
+__all__ = ["PendingMethodTools", "check_valid_parts", "compile_agent", "template_engine"]
 
 _OPTION_FIELDS = tuple(ExecOptions.__dataclass_fields__)
-
-
-class _Collector:
-    def __init__(self) -> None:
-        self.diagnostics: list[Diagnostic] = []
-        self.files: set[Path] = set()
-
-    def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
-        pos = source.at(loc, key=key)
-        self.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
 
 
 def _merge_options(defaults: ExecOptionsSpec, method: MethodSpec) -> ExecOptions:
@@ -46,7 +40,7 @@ def _merge_options(defaults: ExecOptionsSpec, method: MethodSpec) -> ExecOptions
 
 def _template(
     engine: TemplateEngine,
-    col: _Collector,
+    col: Collector,
     path: Path,
     source: SourceMap,
     *,
@@ -55,13 +49,13 @@ def _template(
     loc: Loc,
     declared: Iterable[str],
     name: str,
-    root: Path,
+    ctx: ProjectContext,
     declared_by: str = "the method",
 ) -> CompiledTemplate | None:
     """Compile an inline template or one read from a file; report problems to ``col``."""
     if file_ref is not None:
         file_loc = (*loc[:-1], f"{loc[-1]}_file")
-        target, problem = resolve_inside(path, file_ref, root)
+        target, problem = resolve_inside(path, file_ref, ctx.root)
         if target is None:
             col.at(source, file_loc, str(problem))
             return None
@@ -74,7 +68,7 @@ def _template(
         except (OSError, UnicodeDecodeError) as exc:
             col.at(source, file_loc, f"cannot read '{file_ref}': {exc}")
             return None
-        origin = TextOrigin(str(_display(target)), 1, 1, "file")
+        origin = TextOrigin(str(display_path(target)), 1, 1, "file")
     else:
         assert inline is not None
         origin = source.origin(loc)
@@ -90,16 +84,13 @@ def _template(
     return compiled
 
 
-def _display(path: Path) -> Path:
-    """A path as users see it: relative to the working directory when it is inside it."""
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
-
-
 def _response_format(
-    col: _Collector, doc: AgentDocument, method: MethodSpec, loc: Loc, spec: AgentSpec, root: Path
+    col: Collector,
+    doc: AgentDocument,
+    method: MethodSpec,
+    loc: Loc,
+    spec: AgentSpec,
+    ctx: ProjectContext,
 ) -> tuple[dict[str, Any] | None, bool]:
     if method.response_schema is None:
         return None, True
@@ -110,7 +101,14 @@ def _response_format(
     for key, problem in envelope_problems(options):
         col.at(doc.source, (*loc, key), problem)
         ok = False
-    bundle = bundle_schema(schema, base_file=doc.path, root=root, source=doc.source, loc=schema_loc)
+    bundle = bundle_schema(
+        schema,
+        base_file=doc.path,
+        root=ctx.root,
+        search=ctx.schema_dirs,
+        source=doc.source,
+        loc=schema_loc,
+    )
     col.files.update(bundle.files)
     if bundle.diagnostics:
         col.diagnostics.extend(bundle.diagnostics)
@@ -123,12 +121,13 @@ def _response_format(
 
 def _compile_method(
     engine: TemplateEngine,
-    col: _Collector,
+    col: Collector,
     doc: AgentDocument,
     name: str,
     method: MethodSpec,
     instructions: CompiledTemplate | None,
-    root: Path,
+    ctx: ProjectContext,
+    linked: dict[str, Method],
 ) -> Method | None:
     spec = doc.spec
     loc: Loc = ("methods", name)
@@ -138,7 +137,8 @@ def _compile_method(
         bundle = bundle_schema(
             schema,
             base_file=doc.path,
-            root=root,
+            root=ctx.root,
+            search=ctx.schema_dirs,
             source=doc.source,
             loc=(*loc, "inputs", input_name),
         )
@@ -165,7 +165,7 @@ def _compile_method(
         loc=(*loc, "prompt"),
         declared=declared,
         name=f"{spec.name}.{name}.prompt",
-        root=root,
+        ctx=ctx,
     )
     if instructions is not None:
         missing = sorted(instructions.variables - declared)
@@ -178,8 +178,13 @@ def _compile_method(
                 f"'{name}' does not declare in 'inputs' (add them to its inputs or to 'vars')",
             )
             ok = False
-    response_format, rf_ok = _response_format(col, doc, method, loc, spec, root)
+    response_format, rf_ok = _response_format(col, doc, method, loc, spec, ctx)
     if prompt is None or not ok or not rf_ok:
+        return None
+    choices = _choices(col, doc, name, method, ctx)
+    if choices is None:
+        return None
+    if not check_tool_selection(col, doc, name, method, {**ctx.toolsets, **spec.toolsets}):
         return None
     return Method(
         agent=spec.name,
@@ -193,12 +198,63 @@ def _compile_method(
         response_format=response_format,
         options=_merge_options(spec.defaults, method),
         variables=dict(spec.vars),
+        toolset=method.toolset,
+        tools_allow=tuple(method.tools_allow) if method.tools_allow is not None else None,
+        tools_deny=tuple(method.tools_deny) if method.tools_deny else None,
+        choices=choices or None,
+        linked=linked,
     )
 
 
-def _compile_agent(doc: AgentDocument, root: Path, col: _Collector) -> Agent | None:
+def _choices(
+    col: Collector, doc: AgentDocument, name: str, method: MethodSpec, ctx: ProjectContext
+) -> tuple[ChoiceOption, ...] | None:
+    """The method's choices, checked: targets exist, schemas are valid. None on errors."""
+    if not method.choices:
+        return ()
+    ok = True
+    options = []
+    known = sorted(doc.spec.methods)
+    for option_name, option in method.choices.items():
+        loc: Loc = ("methods", name, "choices", option_name)
+        if option.method is not None and option.method not in doc.spec.methods:
+            col.at(
+                doc.source,
+                (*loc, "method"),
+                f"choice '{option_name}' continues with method '{option.method}', which "
+                f"agent '{doc.spec.name}' does not have{did_you_mean(option.method, known)}",
+            )
+            ok = False
+        schema = option.schema_
+        if schema is not None:
+            bundle = bundle_schema(
+                schema,
+                base_file=doc.path,
+                root=ctx.root,
+                search=ctx.schema_dirs,
+                source=doc.source,
+                loc=(*loc, "schema"),
+            )
+            col.files.update(bundle.files)
+            if bundle.diagnostics:
+                col.diagnostics.extend(bundle.diagnostics)
+                ok = False
+            schema = bundle.schema
+        options.append(
+            ChoiceOption(option_name, option.description, option.value, option.method, schema)
+        )
+    return tuple(options) if ok else None
+
+
+def template_engine(ctx: ProjectContext, agent_file: Path) -> TemplateEngine:
+    """Templates of an agent resolve from the project's template folders, then its own folder."""
+    return TemplateEngine(ctx.root, search_paths=[*ctx.template_dirs, agent_file.parent])
+
+
+def compile_agent(doc: AgentDocument, ctx: ProjectContext, col: Collector) -> Agent | None:
+    """The agent in ``doc``, or None when it has problems (reported to ``col``)."""
     spec = doc.spec
-    engine = TemplateEngine(root, search_paths=[doc.path.parent])
+    engine = template_engine(ctx, doc.path)
     all_inputs: set[str] = set()
     for method in spec.methods.values():
         all_inputs |= set(method.inputs)
@@ -215,14 +271,16 @@ def _compile_agent(doc: AgentDocument, root: Path, col: _Collector) -> Agent | N
             loc=("instructions",),
             declared=set(spec.vars) | all_inputs,
             name=f"{spec.name}.instructions",
-            root=root,
+            ctx=ctx,
             declared_by="the agent",
         )
     methods: dict[str, Method] = {}
     for name, method in spec.methods.items():
-        compiled = _compile_method(engine, col, doc, name, method, instructions, root)
+        compiled = _compile_method(engine, col, doc, name, method, instructions, ctx, methods)
         if compiled is not None:
             methods[name] = compiled
+    toolsets = compile_toolsets(col, doc, ctx.toolsets)
+    tools, method_tool_refs = build_tools(engine, col, doc, ctx.root)
     rules = tuple(RuntimeRule(r.match, r.runtime, dict(r.options)) for r in spec.runtimes)
     if len(methods) != len(spec.methods):
         return None
@@ -235,13 +293,17 @@ def _compile_agent(doc: AgentDocument, root: Path, col: _Collector) -> Agent | N
         retry=RetryPolicy(
             spec.retry.max_retries, spec.retry.backoff_base_s, spec.retry.max_validation_retries
         ),
-        runtime_rules=rules,
-        secrets=frozenset(doc.secrets),
+        runtime_rules=(*rules, *ctx.rules),
+        providers=ctx.providers,
+        secrets=frozenset(doc.secrets | ctx.secrets),
         files=frozenset({doc.path, *col.files}),
+        tools=tuple(tools),
+        method_tools=PendingMethodTools(method_tool_refs),
+        toolsets=toolsets,
     )
 
 
-def _check_valid_parts(path: Path, failed: PartialDocument, root: Path) -> list[Diagnostic]:
+def check_valid_parts(path: Path, failed: PartialDocument, ctx: ProjectContext) -> list[Diagnostic]:
     """Template problems in the methods that did validate, when the file as a whole did not."""
     from pydantic import ValidationError
 
@@ -250,8 +312,8 @@ def _check_valid_parts(path: Path, failed: PartialDocument, root: Path) -> list[
     if not isinstance(methods, dict):
         return []
     agent_vars = data.get("vars") if isinstance(data.get("vars"), dict) else {}
-    col = _Collector()
-    engine = TemplateEngine(root, search_paths=[path.parent])
+    col = Collector()
+    engine = template_engine(ctx, path)
     for name, raw in methods.items():
         try:
             method = MethodSpec.model_validate(raw)
@@ -267,82 +329,14 @@ def _check_valid_parts(path: Path, failed: PartialDocument, root: Path) -> list[
             loc=("methods", name, "prompt"),
             declared=set(agent_vars) | set(method.inputs),
             name=f"{name}.prompt",
-            root=root,
+            ctx=ctx,
         )
     return col.diagnostics
 
 
-def _version(files: Iterable[Path], root: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(files):
-        try:
-            rel = path.relative_to(root).as_posix()
-        except ValueError:
-            rel = path.as_posix()
-        digest.update(rel.encode() + b"\0")
-        try:
-            digest.update(path.read_bytes())
-        except OSError:
-            digest.update(b"<unreadable>")
-        digest.update(b"\0")
-    return digest.hexdigest()[:16]
+class PendingMethodTools(dict[str, Method]):
+    """Tool name -> method, filled once every agent is compiled (tools may cross agents)."""
 
-
-def compile_agent_files(
-    paths: Iterable[Path], *, environ: Mapping[str, str] | None = None, root: Path | None = None
-) -> Program:
-    """Load, validate and compile agent files into one ``Program``.
-
-    Raises ``ConfigError`` with every problem of every file.
-    """
-    col = _Collector()
-    agents: dict[str, Agent] = {}
-    all_files: set[Path] = set()
-    resolved = [p.resolve() for p in paths]
-    project = root or (find_project_root(resolved[0]) if resolved else Path.cwd())
-    for path in resolved:
-        all_files.add(path)
-        try:
-            doc = load_agent_file(path, display=str(_display(path)), environ=environ)
-        except PartialDocument as exc:
-            col.diagnostics.extend(exc.diagnostics)
-            col.diagnostics.extend(_check_valid_parts(path, exc, project))
-            continue
-        except ConfigError as exc:
-            col.diagnostics.extend(exc.diagnostics)
-            continue
-        agent_col = _Collector()
-        agent = _compile_agent(doc, project, agent_col)
-        col.diagnostics.extend(agent_col.diagnostics)
-        all_files |= agent_col.files
-        if agent is None:
-            continue
-        if agent.name in agents:
-            col.at(
-                doc.source,
-                ("name",),
-                f"agent name '{agent.name}' is used by {agents[agent.name].path} too",
-            )
-            continue
-        agents[agent.name] = agent
-    if col.diagnostics:
-        raise ConfigError(col.diagnostics)
-    return Program(
-        root=project,
-        agents=agents,
-        files=frozenset(all_files),
-        version=_version(all_files, project),
-    )
-
-
-def compile_path(path: Path, *, environ: Mapping[str, str] | None = None) -> Program:
-    """Compile an agent file (the one entry point the runner uses for a single file)."""
-    if not path.exists():
-        raise ConfigError(Diagnostic(str(path), 0, 0, "no such file or folder"))
-    if path.is_dir():
-        files = sorted(p for p in path.glob("*.yaml") if p.name != "openprogram.yaml")
-        files += sorted(path.glob("*.yml"))
-        if not files:
-            raise ConfigError(Diagnostic(str(path), 0, 0, "no agent files (*.yaml) in this folder"))
-        return compile_agent_files(files, environ=environ)
-    return compile_agent_files([path], environ=environ)
+    def __init__(self, refs: Mapping[str, tuple[str, AgentDocument, Loc]]) -> None:
+        super().__init__()
+        self.refs = dict(refs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["find_project_root", "resolve_inside"]
+__all__ = ["PROJECT_FILE", "display_path", "find_project_root", "resolve_inside"]
 
 #: The file that marks the root of a prompt repository.
 PROJECT_FILE = "openprogram.yaml"
@@ -43,3 +43,11 @@ def resolve_inside(base_file: Path, relative: str, root: Path) -> tuple[Path | N
     except ValueError:
         return None, f"'{relative}' leaves the project root {root}; keep files inside it"
     return resolved, None
+
+
+def display_path(path: Path) -> Path:
+    """A path as users see it: relative to the working directory when it is inside it."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path

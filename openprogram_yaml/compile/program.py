@@ -3,21 +3,34 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import difflib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputValidationError, UsageError
+from ..errors import DecisionError, InputValidationError, ToolError, UsageError
 from ..runtime.validation import SchemaValidator
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime
-    from ..runtimes.select import RuntimeSelector
+    from ..runtime import Runtime, ToolsetPreset
+    from ..runtimes.select import ProviderConfig, RuntimeSelector
     from .templates import CompiledTemplate
 
-__all__ = ["Agent", "ExecOptions", "Method", "Program", "RetryPolicy", "RuntimeRule"]
+__all__ = [
+    "Agent",
+    "ChoiceOption",
+    "ExecOptions",
+    "Method",
+    "Program",
+    "RetryPolicy",
+    "RunState",
+    "RuntimeRule",
+]
+
+#: How many methods one run may pass through by ``choices`` unless ``max_steps`` says.
+DEFAULT_MAX_STEPS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +45,39 @@ class ExecOptions:
     tool_choice: str | None = None
     parallel_tool_calls: bool | None = None
     thinking_level: str | None = None
+    max_steps: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceOption:
+    """One ``choices`` option: a value, a method to continue with, or a schema of fields."""
+
+    name: str
+    description: str | None = None
+    value: Any = None
+    method: str | None = None
+    schema: Mapping[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class RunState:
+    """The path one run takes through methods by ``choices``, and its bound."""
+
+    max_steps: int = DEFAULT_MAX_STEPS
+    path: list[dict[str, Any]] = field(default_factory=list)
+
+    def enter(self, agent: str, method: str) -> dict[str, Any]:
+        if len(self.path) >= self.max_steps:
+            trail = " -> ".join(step["method"] for step in self.path)
+            raise DecisionError(
+                f"the run passed through {len(self.path)} methods by choices ({trail}) and "
+                f"would enter '{method}'; max_steps is {self.max_steps}. Raise 'max_steps' or "
+                "change the choices so the run ends",
+                kind="max_steps",
+            )
+        step: dict[str, Any] = {"agent": agent, "method": method}
+        self.path.append(step)
+        return step
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +118,12 @@ class Method:
     response_format: Mapping[str, Any] | None
     options: ExecOptions
     variables: Mapping[str, Any] = field(default_factory=dict)
+    toolset: str | None = None
+    tools_allow: tuple[str, ...] | None = None
+    tools_deny: tuple[str, ...] | None = None
+    choices: tuple[ChoiceOption, ...] | None = None
+    #: Methods this one's choices continue with, by name (filled when the agent is linked).
+    linked: Mapping[str, Method] = field(default_factory=dict)
 
     def prepare_inputs(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The inputs with defaults applied, checked against the declared schema.
@@ -113,9 +165,22 @@ class Method:
         return blocks
 
     async def run(
-        self, runtime: Runtime, inputs: Mapping[str, Any], *, model: str | None = None
+        self,
+        runtime: Runtime,
+        inputs: Mapping[str, Any],
+        *,
+        model: str | None = None,
+        state: RunState | None = None,
     ) -> Any:
-        """Check the inputs, render, and call the model through ``runtime``."""
+        """Check the inputs, render, and call the model through ``runtime``.
+
+        With ``choices``, the pick decides the result: a value, fields, or the result of the
+        method it continues with. ``state.path`` records every step and pick.
+        """
+        if state is None:
+            state = RunState(self.options.max_steps or DEFAULT_MAX_STEPS)
+        step = state.enter(self.agent, self.name)
+        given = dict(inputs)
         values = self.prepare_inputs(inputs)
         content = self.render(values)
         opts = self.options
@@ -126,6 +191,8 @@ class Method:
             kwargs["parallel_tool_calls"] = opts.parallel_tool_calls
         if opts.max_iterations is not None:
             kwargs["max_iterations"] = opts.max_iterations
+        if self.choices:
+            kwargs["choices"] = self._choices(runtime, given, model, state, step)
         model_options = {
             "temperature": opts.temperature,
             "max_tokens": opts.max_tokens,
@@ -136,10 +203,83 @@ class Method:
             response_format=dict(self.response_format) if self.response_format else None,
             model=model or opts.model,
             timeout_s=opts.timeout_s,
-            toolset="none",
+            toolset=self.toolset,
+            tools_allow=self.tools_allow,
+            tools_deny=self.tools_deny,
             model_options=model_options,
             **kwargs,
         )
+
+    def _choices(
+        self,
+        runtime: Runtime,
+        values: Mapping[str, Any],
+        model: str | None,
+        state: RunState,
+        step: dict[str, Any],
+    ) -> dict[str, dict[str, Any]]:
+        """The runtime's ``choices``: every option a callable, so the pick is recorded."""
+        out: dict[str, dict[str, Any]] = {}
+        for option in self.choices or ():
+            entry: dict[str, Any] = {"description": option.description or ""}
+            if option.method is not None:
+                target = self.linked[option.method]
+                entry["schema"] = option.schema or _continue_schema(target, values)
+                entry["method"] = _continue_with(
+                    option.name, target, runtime, values, model, state, step
+                )
+            else:
+                if option.schema is not None:
+                    entry["schema"] = option.schema
+                entry["method"] = _settle(option, step)
+            out[option.name] = entry
+        return out
+
+
+def _continue_schema(target: Method, known: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a pick gives ``target``: its inputs the run does not already carry.
+
+    Inputs the caller gave are carried over by name and not offered again, so the model
+    cannot rewrite what the user said; it supplies only what is new.
+    """
+    offered = {n: s for n, s in target.inputs.items() if n not in known}
+    required = [n for n in target.input_schema.get("required", ()) if n in offered]
+    return {
+        "type": "object",
+        "properties": offered,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _continue_with(
+    name: str,
+    target: Method,
+    runtime: Runtime,
+    values: Mapping[str, Any],
+    model: str | None,
+    state: RunState,
+    step: dict[str, Any],
+) -> Any:
+    async def go(**fields: Any) -> Any:
+        step["choice"] = name
+        if fields:
+            step["fields"] = fields
+        carried = {k: v for k, v in values.items() if k in target.inputs}
+        return await target.run(runtime, {**fields, **carried}, model=model, state=state)
+
+    return go
+
+
+def _settle(option: ChoiceOption, step: dict[str, Any]) -> Any:
+    def pick(**fields: Any) -> Any:
+        step["choice"] = option.name
+        if option.schema is not None:
+            step["fields"] = fields
+            return {"decision": option.name, **fields}
+        return option.value
+
+    return pick
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +295,12 @@ class Agent:
     runtime_rules: tuple[RuntimeRule, ...]
     secrets: frozenset[str]
     files: frozenset[Path]
+    #: Tools that run on their own (python, http, command), ready to register.
+    tools: tuple[Any, ...] = ()
+    #: Tools that call a method: tool name -> the method (linked after all agents compile).
+    method_tools: Mapping[str, Method] = field(default_factory=dict)
+    toolsets: Mapping[str, ToolsetPreset] = field(default_factory=dict)
+    providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
 
     def method(self, name: str) -> Method:
         """The method called ``name``; a ``UsageError`` with a did-you-mean otherwise."""
@@ -173,7 +319,8 @@ class Agent:
         from ..runtimes.select import RuntimeSelector
 
         return RuntimeSelector(
-            rules=[SelectRule(r.match, r.runtime, dict(r.options)) for r in self.runtime_rules]
+            rules=[SelectRule(r.match, r.runtime, dict(r.options)) for r in self.runtime_rules],
+            providers=self.providers,
         )
 
     @contextlib.asynccontextmanager
@@ -190,7 +337,12 @@ class Agent:
             max_retries=self.retry.max_retries,
             backoff_base_s=self.retry.backoff_base_s,
             runtimes=selector,
+            tools=self.tools,
+            toolsets=self.toolsets,
             **kwargs,
+        )
+        runtime.register_tools(
+            *(_method_tool(name, m, runtime) for name, m in self.method_tools.items())
         )
         try:
             yield runtime
@@ -198,7 +350,48 @@ class Agent:
             try:
                 await runtime.aclose()
             finally:
-                await selector.aclose()
+                try:
+                    await selector.aclose()
+                finally:
+                    for tool in self.tools:
+                        closer = getattr(tool, "aclose", None)
+                        if closer is not None:
+                            await closer()
+
+
+_active_method_tools: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "openprogram_active_method_tools", default=()
+)
+
+
+def _method_tool(name: str, method: Method, runtime: Runtime) -> dict[str, Any]:
+    """A method offered to the model as a tool; it runs on the calling runtime."""
+
+    key = f"{method.agent}.{method.name}"
+
+    async def execute(**arguments: Any) -> Any:
+        active = _active_method_tools.get()
+        if key in active:
+            # Without this a model (or the offline test model, which calls every tool it is
+            # offered) could recurse through a method that offers itself as a tool.
+            raise ToolError(
+                f"method '{method.name}' is already running in this call chain "
+                f"({' -> '.join(active)}); a method tool cannot call itself"
+            )
+        token = _active_method_tools.set((*active, key))
+        try:
+            return await method.run(runtime, arguments)
+        finally:
+            _active_method_tools.reset(token)
+
+    return {
+        "spec": {
+            "name": name,
+            "description": method.description or f"Run method '{method.name}'.",
+            "parameters": dict(method.input_schema),
+        },
+        "execute": execute,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +403,34 @@ class Program:
     files: frozenset[Path]
     #: A content hash of every source file: which version of the prompts a run used.
     version: str
+
+    def select(
+        self, method: str | None, *, agent: str | None = None, path: Path | None = None
+    ) -> tuple[Agent, str | None]:
+        """The agent and method a command line names.
+
+        ``method`` may be "agent.method". Otherwise the agent is ``agent``, or the one
+        compiled from ``path`` when that is an agent file, or the only agent there is.
+        """
+        if method and "." in method and agent is None:
+            head, _, tail = method.partition(".")
+            if head in self.agents:
+                return self.agents[head], tail or None
+            if len(self.agents) > 1:
+                return self.agent(head), tail or None
+        if agent is None and path is not None and path.is_file():
+            resolved = path.resolve()
+            for candidate in self.agents.values():
+                if candidate.path == resolved:
+                    return candidate, method
+        if agent is None and len(self.agents) > 1:
+            names = ", ".join(
+                f"{a}.{m}" for a in sorted(self.agents) for m in sorted(self.agents[a].methods)
+            )
+            raise UsageError(
+                f"this project holds several agents; name a method as AGENT.METHOD: {names}"
+            )
+        return self.agent(agent), method
 
     def agent(self, name: str | None = None) -> Agent:
         """The agent called ``name``, or the only one when ``name`` is None."""

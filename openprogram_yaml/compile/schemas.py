@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,8 +71,9 @@ def envelope_problems(options: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 class _Bundler:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, search: Sequence[Path] = ()) -> None:
         self.root = root
+        self.search = tuple(search)
         self.out = SchemaBundle(None)
         self.hoisted: dict[str, Any] = {}
         self._cache: dict[Path, Any] = {}
@@ -109,6 +110,13 @@ class _Bundler:
             return None, None
         self._cache[path] = data
         return data, source
+
+    def find_in_schema_folders(self, name: str) -> Path | None:
+        for folder in self.search:
+            candidate = (folder / name).resolve()
+            if candidate.is_file() and candidate.is_relative_to(self.root):
+                return candidate
+        return None
 
     def walk(
         self,
@@ -174,8 +182,13 @@ class _Bundler:
             self.error(pos, f"$ref cycle between schema files: {chain}; use $defs for recursion")
             return None
         if not target.is_file():
-            self.error(pos, f"$ref '{ref}': no such file {target}")
-            return None
+            found = self.find_in_schema_folders(file_part)
+            if found is None:
+                folders = ", ".join(str(p) for p in self.search)
+                also = f" (nor in the schema folders {folders})" if self.search else ""
+                self.error(pos, f"$ref '{ref}': no such file {target}{also}")
+                return None
+            target = found
         data, source = self.load(target, pos)
         if data is None:
             return None
@@ -196,10 +209,20 @@ class _Bundler:
 
 
 def bundle_schema(
-    schema: Any, *, base_file: Path, root: Path, source: SourceMap, loc: Loc
+    schema: Any,
+    *,
+    base_file: Path,
+    root: Path,
+    source: SourceMap,
+    loc: Loc,
+    search: Sequence[Path] = (),
 ) -> SchemaBundle:
-    """Inline file references in ``schema`` and check it is a valid JSON Schema."""
-    bundler = _Bundler(root)
+    """Inline file references in ``schema`` and check it is a valid JSON Schema.
+
+    A ``$ref`` is relative to the file naming it; one not found there is looked up in the
+    ``search`` folders (the project's schema folders).
+    """
+    bundler = _Bundler(root, search)
     bundled = bundler.walk(schema, base_file, lambda sub: source.at(sub), loc, (), "")
     if bundler.hoisted and isinstance(bundled, dict):
         defs = dict(bundled.get("$defs", {}))

@@ -46,8 +46,9 @@ def _model_at(root: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel
         following: list[Any] = []
         for ann in current:
             if isinstance(ann, type) and issubclass(ann, BaseModel):
-                if isinstance(part, str) and part in ann.model_fields:
-                    following.extend(_unwrap(ann.model_fields[part].annotation))
+                fields = {f.alias or n: f for n, f in ann.model_fields.items()}
+                if isinstance(part, str) and part in fields:
+                    following.extend(_unwrap(fields[part].annotation))
                 continue
             origin = typing.get_origin(ann)
             args = typing.get_args(ann)
@@ -127,7 +128,7 @@ def validation_diagnostics(
             key = str(loc[-1])
             parent = path[:-1] if path and path[-1] == key else path
             model = _model_at(root, parent)
-            allowed = sorted(model.model_fields) if model else []
+            allowed = sorted(f.alias or n for n, f in model.model_fields.items()) if model else []
             hint = did_you_mean(key, allowed)
             if not hint and allowed:
                 hint = "; allowed keys: " + ", ".join(allowed)

@@ -13,11 +13,17 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 __all__ = [
     "AgentSpec",
+    "AgentToolSpec",
+    "ChoiceSpec",
     "DefaultsSpec",
     "ExecOptionsSpec",
+    "HttpToolSpec",
     "MethodSpec",
+    "ProjectSpec",
+    "ProviderSpec",
     "RetrySpec",
     "RuntimeRuleSpec",
+    "ToolsetSpec",
 ]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
@@ -32,11 +38,12 @@ def _check_name(kind: str, name: str) -> str:
     return name
 
 
-def _method_name(name: str) -> str:
-    return _check_name("method", name)
+def _plain_name(name: str) -> str:
+    return _check_name("the", name)
 
 
-MethodName = Annotated[str, AfterValidator(_method_name)]
+#: Keys naming methods, tools and toolsets: identifiers, '-' allowed.
+MethodName = Annotated[str, AfterValidator(_plain_name)]
 
 
 class _Spec(BaseModel):
@@ -77,6 +84,9 @@ class ExecOptionsSpec(_Spec):
     thinking_level: Literal["off", "low", "medium", "high", "xhigh"] | None = None
     """Reasoning effort, for models that support it."""
 
+    max_steps: Annotated[int, Field(ge=1)] | None = None
+    """How many methods one run may pass through by `choices` (default 10); stops loops."""
+
 
 class DefaultsSpec(ExecOptionsSpec):
     """Call options every method inherits unless it sets its own."""
@@ -95,6 +105,119 @@ class RetrySpec(_Spec):
 
     max_validation_retries: Annotated[int, Field(ge=0, le=2)] | None = None
     """Repair turns allowed when structured output fails validation: 0, 1 or 2 (default 2)."""
+
+
+class HttpToolSpec(_Spec):
+    """An HTTP request made when the tool is called. Strings are templates of the arguments."""
+
+    url: str
+    """The URL, e.g. "https://shop.example.com/orders/{{ order_id }}". Only http(s)."""
+
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET"
+    """The HTTP method."""
+
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Request headers; values may read the arguments and ${env:…} (kept secret)."""
+
+    query: dict[str, str] = Field(default_factory=dict)
+    """Query parameters, templates of the arguments."""
+
+    body: Any = None
+    """The request body: a template string, or a JSON value whose strings are templates."""
+
+
+class AgentToolSpec(_Spec):
+    """A tool the model can call: exactly one of `python`, `http`, `command` or `method`."""
+
+    description: str | None = None
+    """What the tool does, for the model."""
+
+    parameters: dict[str, Any] | None = None
+    """The tool's arguments as a JSON Schema object. For `python` tools it can be left out:
+    it is read from the function's signature. For `method` tools it is the method's inputs."""
+
+    python: str | None = None
+    """A Python function, "module:function", importable from the project root."""
+
+    http: HttpToolSpec | None = None
+    """An HTTP request, templated over the arguments."""
+
+    command: list[str] | None = None
+    """A program and its arguments (never a shell); each element is a template."""
+
+    method: str | None = None
+    """A method called as a tool: "name" of this agent, or "agent.method" in the repository."""
+
+    cwd: str | None = None
+    """Working directory of a `command` tool, relative to this file, inside the project."""
+
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    """Seconds the tool may run (default 30)."""
+
+    max_output_bytes: Annotated[int, Field(ge=1)] | None = None
+    """Output beyond this many bytes is cut (http: 1 MB, command: 64 KB by default)."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> AgentToolSpec:
+        kinds = [k for k in ("python", "http", "command", "method") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            found = ", ".join(kinds) if kinds else "none"
+            raise ValueError(
+                "a tool needs exactly one of 'python', 'http', 'command' or 'method' "
+                f"(found: {found})"
+            )
+        if self.command is not None and not self.command:
+            raise ValueError("'command' needs at least the program name")
+        if self.cwd is not None and self.command is None:
+            raise ValueError("'cwd' applies to 'command' tools only")
+        return self
+
+
+class ToolsetSpec(_Spec):
+    """A named preset of tools: names or globs, other presets included, allow and deny."""
+
+    description: str | None = None
+    """What the toolset is for."""
+
+    tools: list[str] = Field(default_factory=list)
+    """Tool names or glob patterns ("lookup_*")."""
+
+    includes: list[str] = Field(default_factory=list)
+    """Other toolsets whose tools this one adds (their deny rules come along)."""
+
+    allow: list[str] | None = None
+    """Only tools matching one of these globs are kept."""
+
+    deny: list[str] = Field(default_factory=list)
+    """Tools matching any of these globs are refused, here and in anything that uses this set."""
+
+
+class ChoiceSpec(_Spec):
+    """One option the model can pick to end the turn."""
+
+    description: str | None = None
+    """When to pick this option, for the model."""
+
+    value: Any = None
+    """The run's result when this option is picked."""
+
+    method: str | None = None
+    """Continue with this method of the agent; its inputs come from the pick's arguments
+    and, where names match, the current inputs."""
+
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    """Fields the pick must carry, as a JSON Schema object; the result is
+    {decision: name, ...fields}, or the method's inputs."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True
+    )
+
+    @model_validator(mode="after")
+    def _value_or_method(self) -> ChoiceSpec:
+        if self.value is not None and self.method is not None:
+            raise ValueError("a choice takes either 'value' or 'method', not both")
+        return self
 
 
 class RuntimeRuleSpec(_Spec):
@@ -130,6 +253,18 @@ class MethodSpec(ExecOptionsSpec):
     """The JSON Schema the answer must match: a bare schema, {$ref: file}, or an envelope
     {schema, name, description, strict, fallback, max_validation_retries}. Unset: text."""
 
+    toolset: str | None = None
+    """Which tools the method gets: a toolset name, or `none`. Unset: every tool of the agent."""
+
+    tools_allow: list[str] | None = None
+    """Only tools matching these globs; can narrow the toolset, never widen it."""
+
+    tools_deny: list[str] | None = None
+    """Tools matching these globs are refused, on top of every other deny rule."""
+
+    choices: dict[str, ChoiceSpec] | None = None
+    """End the turn by picking one of these options: a value, another method, or a schema."""
+
     @field_validator("inputs")
     @classmethod
     def _input_names(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -147,6 +282,10 @@ class MethodSpec(ExecOptionsSpec):
             raise ValueError("set either 'prompt' or 'prompt_file', not both")
         if self.prompt is None and self.prompt_file is None:
             raise ValueError("a method needs a 'prompt' (a template) or a 'prompt_file'")
+        if self.choices is not None and self.response_schema is not None:
+            raise ValueError("a method takes 'choices' or 'response_schema', not both")
+        if self.choices is not None and not self.choices:
+            raise ValueError("'choices' needs at least one option")
         return self
 
 
@@ -182,6 +321,12 @@ class AgentSpec(_Spec):
     retry: RetrySpec = Field(default_factory=RetrySpec)
     """How failed model calls are retried."""
 
+    tools: dict[MethodName, AgentToolSpec] = Field(default_factory=dict)
+    """Tools the agent's methods can call, by name."""
+
+    toolsets: dict[MethodName, ToolsetSpec] = Field(default_factory=dict)
+    """Named presets of tools with allow and deny rules."""
+
     methods: Annotated[dict[MethodName, MethodSpec], Field(min_length=1)]
     """The agent's methods, by name."""
 
@@ -198,3 +343,57 @@ class AgentSpec(_Spec):
         if self.instructions is not None and self.instructions_file is not None:
             raise ValueError("set either 'instructions' or 'instructions_file', not both")
         return self
+
+
+class ProviderSpec(_Spec):
+    """How to reach a model provider. Models "NAME:model_id" use the provider called NAME."""
+
+    runtime: str | None = None
+    """The runtime that speaks to it (openai, anthropic, or a plugin). Unset: the provider's
+    name, so a provider called `openai` uses the `openai` runtime."""
+
+    base_url: str | None = None
+    """The API's base URL, e.g. "http://127.0.0.1:11434/v1" for a local Ollama."""
+
+    api_key_env: str | None = None
+    """The environment variable holding the API key (never the key itself)."""
+
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Extra HTTP headers; values may use ${env:…} and are kept secret."""
+
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    """Seconds one HTTP request may take."""
+
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Further options for the runtime."""
+
+
+class ProjectSpec(_Spec):
+    """A prompt repository: `openprogram.yaml` at its root."""
+
+    version: Literal[1]
+    """The format version. Always 1."""
+
+    name: str | None = None
+    """The repository's name, for records."""
+
+    description: str | None = None
+    """What the repository holds."""
+
+    agents: list[str] = Field(default_factory=lambda: ["agents/*.yaml"])
+    """Agent files, as globs relative to this file (default: agents/*.yaml)."""
+
+    templates: list[str] = Field(default_factory=list)
+    """Template folders: `include`, `import` and `extends` find templates here."""
+
+    schemas: list[str] = Field(default_factory=list)
+    """Schema folders: a `$ref` that is not found beside the file naming it is looked up here."""
+
+    toolsets: dict[MethodName, ToolsetSpec] = Field(default_factory=dict)
+    """Toolsets every agent can use (an agent's own toolset of the same name wins)."""
+
+    providers: dict[MethodName, ProviderSpec] = Field(default_factory=dict)
+    """Model providers by name: base URL, key variable, headers, timeouts."""
+
+    runtimes: list[RuntimeRuleSpec] = Field(default_factory=list)
+    """Which runtime serves which model, after each agent's own rules; first match wins."""

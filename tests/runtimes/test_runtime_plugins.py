@@ -167,3 +167,30 @@ def test_plugins_load_on_first_lookup_not_at_import(plugin_site: Path) -> None:
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_site), *sys.path])}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_the_cli_lists_a_plugin_and_runs_an_agent_on_it(plugin_site: Path, tmp_path: Path) -> None:
+    """Through `openprogram-run`, in a fresh process: listed, then selected by a YAML rule."""
+    env = {**os.environ, "PYTHONPATH": str(plugin_site)}
+    listed = subprocess.run(
+        [sys.executable, "-m", "openprogram_yaml", "runtimes"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    shout_line = next(line for line in listed.stdout.splitlines() if line.startswith("shout"))
+    assert "[plugin]" in shout_line
+    agent = tmp_path / "loud.yaml"
+    agent.write_text(
+        "version: 1\nname: loud\nmodel: team:loud-1\n"
+        "runtimes:\n  - {match: 'team:*', runtime: shout, options: {suffix: '?!'}}\n"
+        "methods:\n  say: {prompt: 'hello {{ who }}', inputs: {who: {type: string}}}\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-m", "openprogram_yaml", str(agent), "say", "-i", "who=world"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    # The plugin upper-cases what it was given (the engine passes the rendered messages)
+    # and appends the suffix the YAML rule configured.
+    assert "HELLO WORLD" in ran.stdout
+    assert ran.stdout.rstrip().endswith("?!")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from openprogram_yaml.compile.agent import compile_path
+from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import ConfigError
 from openprogram_yaml.runner.cli import main
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import pytest
 import yaml
 from support import EXAMPLES, REPO
 
-from openprogram_yaml.spec.schema import agent_json_schema
+from openprogram_yaml.spec.schema import SCHEMA_FILES, agent_json_schema, json_schema
 
 SCHEMA_FILE = REPO / "schemas" / "agent.schema.json"
 
 
-def test_checked_in_schema_matches_the_models() -> None:
-    on_disk = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-    assert on_disk == agent_json_schema(), (
-        "schemas/agent.schema.json is stale: "
-        "run `openprogram-run schema > schemas/agent.schema.json`"
+@pytest.mark.parametrize("kind", sorted(SCHEMA_FILES))
+def test_checked_in_schemas_match_the_models(kind: str) -> None:
+    name = SCHEMA_FILES[kind]
+    on_disk = json.loads((REPO / "schemas" / name).read_text(encoding="utf-8"))
+    assert on_disk == json_schema(kind), (
+        f"schemas/{name} is stale: run `openprogram-run schema {kind} > schemas/{name}`"
     )
 
 

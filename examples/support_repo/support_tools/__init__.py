@@ -1,0 +1,1 @@
+"""Python tools of the support-desk example repository."""

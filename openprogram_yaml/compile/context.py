@@ -1,0 +1,43 @@
+"""State shared while compiling: where problems go, and the project's settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import Diagnostic
+from ..spec.yamlread import Loc, SourceMap
+
+if TYPE_CHECKING:
+    from ..runtimes.select import ProviderConfig
+    from ..spec.models import ToolsetSpec
+    from .program import RuntimeRule
+
+__all__ = ["Collector", "ProjectContext"]
+
+
+class Collector:
+    """Gathers every problem (and every file read) while compiling."""
+
+    def __init__(self) -> None:
+        self.diagnostics: list[Diagnostic] = []
+        self.files: set[Path] = set()
+
+    def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
+        pos = source.at(loc, key=key)
+        self.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectContext:
+    """What a project (``openprogram.yaml``) gives every agent it holds."""
+
+    root: Path
+    template_dirs: tuple[Path, ...] = ()
+    schema_dirs: tuple[Path, ...] = ()
+    toolsets: Mapping[str, ToolsetSpec] = field(default_factory=dict)
+    providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
+    rules: tuple[RuntimeRule, ...] = ()
+    secrets: frozenset[str] = frozenset()

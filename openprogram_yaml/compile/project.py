@@ -1,0 +1,238 @@
+"""Put a project together: ``openprogram.yaml``, its agent files, and the links between them.
+
+``compile_path`` is the one entry point the runner uses. It takes an agent file, a project
+folder (one holding ``openprogram.yaml``), or that file itself. An agent file inside a project
+is compiled with the whole project, so its templates, schemas, toolsets, providers and the
+other agents its tools call are all there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ..errors import ConfigError, Diagnostic
+from ..spec.diagnostics import did_you_mean
+from ..spec.loader import PartialDocument, load_agent_file, load_document
+from ..spec.models import ProjectSpec
+from ..spec.yamlread import SourceMap
+from .agent import PendingMethodTools, check_valid_parts, compile_agent
+from .context import Collector, ProjectContext
+from .paths import PROJECT_FILE, display_path, find_project_root, resolve_inside
+from .program import Agent, Program, RuntimeRule
+
+__all__ = ["compile_agent_files", "compile_path", "load_project"]
+
+
+def load_project(
+    root: Path, col: Collector, environ: Mapping[str, str] | None = None
+) -> tuple[ProjectContext, list[Path]]:
+    """The project settings in ``root/openprogram.yaml`` and the agent files it names."""
+    from ..runtimes.select import ProviderConfig
+
+    path = root / PROJECT_FILE
+    col.files.add(path)
+    try:
+        spec, source, secrets, _ = load_document(
+            path, ProjectSpec, display=str(display_path(path)), environ=environ
+        )
+    except ConfigError as exc:
+        col.diagnostics.extend(exc.diagnostics)
+        return ProjectContext(root), []
+
+    def folders(key: str, entries: list[str]) -> tuple[Path, ...]:
+        found = []
+        for i, entry in enumerate(entries):
+            target, problem = resolve_inside(path, entry, root)
+            if target is None:
+                col.at(source, (key, i), str(problem))
+            elif not target.is_dir():
+                col.at(source, (key, i), f"'{entry}' is not a folder ({target})")
+            else:
+                found.append(target)
+        return tuple(found)
+
+    agents: list[Path] = []
+    for i, pattern in enumerate(spec.agents):
+        matched = sorted(p.resolve() for p in root.glob(pattern) if p.is_file())
+        if not matched:
+            col.at(source, ("agents", i), f"'{pattern}' matches no file under {root}")
+        for match in matched:
+            if match.name != PROJECT_FILE and match not in agents:
+                agents.append(match)
+    providers = {
+        name: ProviderConfig(
+            name=name,
+            runtime=p.runtime,
+            base_url=p.base_url,
+            api_key_env=p.api_key_env,
+            headers=dict(p.headers),
+            timeout_s=p.timeout_s,
+            options=dict(p.options),
+        )
+        for name, p in spec.providers.items()
+    }
+    ctx = ProjectContext(
+        root=root,
+        template_dirs=folders("templates", spec.templates),
+        schema_dirs=folders("schemas", spec.schemas),
+        toolsets=dict(spec.toolsets),
+        providers=providers,
+        rules=tuple(RuntimeRule(r.match, r.runtime, dict(r.options)) for r in spec.runtimes),
+        secrets=frozenset(secrets),
+    )
+    _check_shared_toolsets(spec, source, col)
+    return ctx, agents
+
+
+def _check_shared_toolsets(spec: ProjectSpec, source: SourceMap, col: Collector) -> None:
+    for name, ts in spec.toolsets.items():
+        for i, inc in enumerate(ts.includes):
+            if inc not in spec.toolsets and inc not in ("full", "none"):
+                col.at(
+                    source,
+                    ("toolsets", name, "includes", i),
+                    f"toolset '{name}' includes '{inc}', which is not a shared toolset"
+                    f"{did_you_mean(inc, sorted(spec.toolsets))}",
+                )
+
+
+def _link_method_tools(agents: Mapping[str, Agent], col: Collector) -> None:
+    for agent in agents.values():
+        pending = agent.method_tools
+        if not isinstance(pending, PendingMethodTools):
+            continue
+        for tool_name, (ref, doc, loc) in pending.refs.items():
+            agent_name, _, method_name = ref.rpartition(".")
+            owner = agents.get(agent_name or agent.name)
+            if owner is None:
+                col.at(
+                    doc.source,
+                    loc,
+                    f"tool '{tool_name}' calls agent '{agent_name}', which is not in this "
+                    f"project{did_you_mean(agent_name, sorted(agents))}",
+                )
+                continue
+            target = owner.methods.get(method_name)
+            if target is None:
+                known = sorted(owner.methods)
+                col.at(
+                    doc.source,
+                    loc,
+                    f"tool '{tool_name}' calls method '{method_name}', which agent "
+                    f"'{owner.name}' does not have{did_you_mean(method_name, known)}",
+                )
+                continue
+            pending[tool_name] = target
+
+
+def _version(files: Iterable[Path], root: Path) -> str:
+    """A content hash of the source files: which version of the prompts a run used."""
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        try:
+            rel = path.relative_to(root).as_posix()
+        except ValueError:
+            rel = path.as_posix()
+        digest.update(rel.encode() + b"\0")
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(b"<unreadable>")
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def compile_agent_files(
+    paths: Iterable[Path],
+    *,
+    environ: Mapping[str, str] | None = None,
+    context: ProjectContext | None = None,
+    collector: Collector | None = None,
+) -> Program:
+    """Load, validate and compile agent files into one ``Program``.
+
+    Raises ``ConfigError`` with every problem of every file.
+    """
+    col = collector or Collector()
+    resolved = [p.resolve() for p in paths]
+    ctx = context or ProjectContext(
+        find_project_root(resolved[0]) if resolved else Path.cwd().resolve()
+    )
+    agents: dict[str, Agent] = {}
+    for path in resolved:
+        col.files.add(path)
+        try:
+            doc = load_agent_file(path, display=str(display_path(path)), environ=environ)
+        except PartialDocument as exc:
+            col.diagnostics.extend(exc.diagnostics)
+            col.diagnostics.extend(check_valid_parts(path, exc, ctx))
+            continue
+        except ConfigError as exc:
+            col.diagnostics.extend(exc.diagnostics)
+            continue
+        agent_col = Collector()
+        agent = compile_agent(doc, ctx, agent_col)
+        col.diagnostics.extend(agent_col.diagnostics)
+        col.files |= agent_col.files
+        if agent is None:
+            continue
+        if agent.name in agents:
+            col.at(
+                doc.source,
+                ("name",),
+                f"agent name '{agent.name}' is used by {display_path(agents[agent.name].path)} "
+                "too; agent names must be unique in a project",
+            )
+            continue
+        agents[agent.name] = agent
+    _link_method_tools(agents, col)
+    if col.diagnostics:
+        raise ConfigError(col.diagnostics)
+    return Program(
+        root=ctx.root,
+        agents=agents,
+        files=frozenset(col.files),
+        version=_version(col.files, ctx.root),
+    )
+
+
+def compile_path(path: Path, *, environ: Mapping[str, str] | None = None) -> Program:
+    """Compile an agent file, a project folder, or a project's ``openprogram.yaml``."""
+    if not path.exists():
+        raise ConfigError(Diagnostic(str(path), 0, 0, "no such file or folder"))
+    path = path.resolve()
+    if path.is_dir() or path.name == PROJECT_FILE:
+        folder = path if path.is_dir() else path.parent
+        if not (folder / PROJECT_FILE).is_file():
+            raise ConfigError(
+                Diagnostic(
+                    str(display_path(folder)),
+                    0,
+                    0,
+                    f"no {PROJECT_FILE} in this folder; pass an agent file, or create "
+                    f"{PROJECT_FILE} (version: 1, agents: [...]) to make it a project",
+                )
+            )
+        return _compile_project(folder, environ)
+    root = find_project_root(path)
+    if (root / PROJECT_FILE).is_file():
+        program = _compile_project(root, environ, extra=path)
+        return program
+    return compile_agent_files([path], environ=environ)
+
+
+def _compile_project(
+    root: Path, environ: Mapping[str, str] | None, extra: Path | None = None
+) -> Program:
+    col = Collector()
+    ctx, agent_files = load_project(root, col, environ)
+    if extra is not None and extra not in agent_files:
+        agent_files.append(extra)
+    if not agent_files and not col.diagnostics:
+        pos = Diagnostic(
+            str(display_path(root / PROJECT_FILE)), 1, 1, "the project holds no agents"
+        )
+        raise ConfigError(pos)
+    return compile_agent_files(agent_files, environ=environ, context=ctx, collector=col)

@@ -1,0 +1,213 @@
+"""Tools declared in YAML, compiled into runnable tool objects.
+
+Templates (URLs, headers, bodies, argv elements) are compiled here, with positions, against
+the tool's declared parameters; the tool kinds themselves live in ``openprogram_yaml.tools``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ToolError
+from ..spec.loader import AgentDocument
+from ..spec.models import AgentToolSpec
+from ..spec.yamlread import Loc
+from .context import Collector
+from .paths import resolve_inside
+from .schemas import bundle_schema
+from .templates import CompiledTemplate, TemplateEngine
+
+__all__ = ["build_tools"]
+
+_EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
+
+
+def _params(schema: Any) -> set[str]:
+    if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
+        return set(schema["properties"])
+    return set()
+
+
+def _compile_text(
+    engine: TemplateEngine,
+    col: Collector,
+    doc: AgentDocument,
+    text: str,
+    loc: Loc,
+    declared: Iterable[str],
+    name: str,
+) -> CompiledTemplate | None:
+    try:
+        compiled = engine.compile(
+            text,
+            origin=doc.source.origin(loc),
+            declared=frozenset(declared),
+            name=name,
+            declared_by="the tool's parameters",
+        )
+    except ConfigError as exc:
+        col.diagnostics.extend(exc.diagnostics)
+        return None
+    col.files.update(compiled.files)
+    return compiled
+
+
+def _compile_value(
+    engine: TemplateEngine,
+    col: Collector,
+    doc: AgentDocument,
+    value: Any,
+    loc: Loc,
+    declared: set[str],
+    name: str,
+) -> Any:
+    """A JSON value whose string leaves become templates."""
+    if isinstance(value, str):
+        return _compile_text(engine, col, doc, value, loc, declared, name)
+    if isinstance(value, dict):
+        return {
+            k: _compile_value(engine, col, doc, v, (*loc, k), declared, name)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            _compile_value(engine, col, doc, v, (*loc, i), declared, name)
+            for i, v in enumerate(value)
+        ]
+    return value
+
+
+def _error(col: Collector, doc: AgentDocument, loc: Loc, message: str) -> None:
+    col.at(doc.source, loc, message)
+
+
+def _build_one(
+    engine: TemplateEngine,
+    col: Collector,
+    doc: AgentDocument,
+    name: str,
+    tool: AgentToolSpec,
+    root: Path,
+) -> Any:
+    from ..tools import CommandTool, HttpTool, PythonTool
+
+    loc: Loc = ("tools", name)
+    before = len(col.diagnostics)
+    parameters: dict[str, Any] | None = None
+    if tool.parameters is not None:
+        bundle = bundle_schema(
+            tool.parameters,
+            base_file=doc.path,
+            root=root,
+            source=doc.source,
+            loc=(*loc, "parameters"),
+        )
+        col.files.update(bundle.files)
+        col.diagnostics.extend(bundle.diagnostics)
+        parameters = bundle.schema
+    declared = _params(parameters)
+    description = tool.description or ""
+    try:
+        if tool.python is not None:
+            built = PythonTool(
+                name=name,
+                description=description,
+                parameters=parameters,
+                ref=tool.python,
+                project_root=root,
+            )
+            source = getattr(built, "source_file", None)
+            if source is not None:
+                col.files.add(Path(source))
+            return built if len(col.diagnostics) == before else None
+        if tool.http is not None:
+            http = tool.http
+            url = _compile_text(engine, col, doc, http.url, (*loc, "http", "url"), declared, name)
+            headers = {
+                k: _compile_text(engine, col, doc, v, (*loc, "http", "headers", k), declared, name)
+                for k, v in http.headers.items()
+            }
+            query = {
+                k: _compile_text(engine, col, doc, v, (*loc, "http", "query", k), declared, name)
+                for k, v in http.query.items()
+            }
+            body = _compile_value(
+                engine, col, doc, http.body, (*loc, "http", "body"), declared, name
+            )
+            if len(col.diagnostics) != before or url is None:
+                return None
+            return HttpTool(
+                name=name,
+                description=description,
+                parameters=parameters or _EMPTY_PARAMETERS,
+                method=http.method,
+                url=url,
+                headers=_all_compiled(headers),
+                query=_all_compiled(query),
+                body=body,
+                timeout_s=tool.timeout_s,
+                max_bytes=tool.max_output_bytes,
+            )
+        if tool.command is not None:
+            argv = [
+                _compile_text(engine, col, doc, part, (*loc, "command", i), declared, name)
+                for i, part in enumerate(tool.command)
+            ]
+            cwd = root
+            if tool.cwd is not None:
+                target, problem = resolve_inside(doc.path, tool.cwd, root)
+                if target is None:
+                    _error(col, doc, (*loc, "cwd"), str(problem))
+                elif not target.is_dir():
+                    _error(col, doc, (*loc, "cwd"), f"'{tool.cwd}' is not a folder ({target})")
+                else:
+                    cwd = target
+            if len(col.diagnostics) != before:
+                return None
+            return CommandTool(
+                name=name,
+                description=description,
+                parameters=parameters or _EMPTY_PARAMETERS,
+                argv=[t for t in argv if t is not None],
+                cwd=cwd,
+                timeout_s=tool.timeout_s,
+                max_output=tool.max_output_bytes,
+                project_root=root,
+            )
+    except (ToolError, ValueError, TypeError) as exc:
+        kind = next(k for k in ("python", "http", "command") if getattr(tool, k) is not None)
+        # ToolBuildError names the key at fault ("parameters", "cwd", …); point there.
+        field = getattr(exc, "field", None) or kind
+        target_loc = (*loc, field) if field in type(tool).model_fields else (*loc, kind)
+        _error(col, doc, target_loc, str(exc))
+    return None
+
+
+def _all_compiled(templates: dict[str, CompiledTemplate | None]) -> dict[str, CompiledTemplate]:
+    """The templates of a mapping, once every one compiled (checked by the caller)."""
+    return {k: v for k, v in templates.items() if v is not None}
+
+
+def build_tools(
+    engine: TemplateEngine, col: Collector, doc: AgentDocument, root: Path
+) -> tuple[list[Any], dict[str, tuple[str, AgentDocument, Loc]]]:
+    """The agent's runnable tools, and its method tools as references to link later."""
+    tools: list[Any] = []
+    method_refs: dict[str, tuple[str, AgentDocument, Loc]] = {}
+    for name, tool in doc.spec.tools.items():
+        if tool.method is not None:
+            if tool.parameters is not None:
+                _error(
+                    col,
+                    doc,
+                    ("tools", name, "parameters"),
+                    "a method tool takes its parameters from the method's inputs; remove them",
+                )
+            method_refs[name] = (tool.method, doc, ("tools", name, "method"))
+            continue
+        built = _build_one(engine, col, doc, name, tool, root)
+        if built is not None:
+            tools.append(built)
+    return tools, method_refs

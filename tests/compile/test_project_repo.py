@@ -1,0 +1,150 @@
+"""A prompt repository (openprogram.yaml): agents across files, shared prompts, schemas,
+toolsets and providers; the example repository runs offline."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from support import EXAMPLES
+
+from openprogram_yaml.compile.program import RunState
+from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.errors import ConfigError
+from openprogram_yaml.providers.test import Reply, ScriptedRuntime
+from openprogram_yaml.runner.cli import main
+from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime
+
+REPO = EXAMPLES / "support_repo"
+
+
+def test_check_validates_the_whole_repository(capsys) -> None:
+    assert main(["check", str(REPO)]) == 0
+    assert capsys.readouterr().out.strip() == "ok: 2 agents, 5 methods checked"
+
+
+def test_program_tracks_every_file_it_was_built_from() -> None:
+    program = compile_path(REPO)
+    names = {p.relative_to(REPO).as_posix() for p in program.files}
+    assert {
+        "openprogram.yaml",
+        "agents/desk.yaml",
+        "agents/replies.yaml",
+        "prompts/_ticket.j2",
+        "prompts/_style.j2",
+        "prompts/assess.md.j2",
+        "schemas/label.json",
+        "schemas/refund.json",
+        "support_tools/text.py",
+    } <= names
+
+
+def test_flow_through_three_methods_offline(capsys) -> None:
+    code = main([str(REPO), "desk.assess", "-i", "ticket=Invoice 1042 charged twice", "--json"])
+    record = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [s["method"] for s in record["path"]] == ["assess", "investigate", "answer"]
+    assert "Invoice 1042 charged twice" in record["output"]
+
+
+def test_an_agent_file_inside_the_repository_gets_its_settings(capsys) -> None:
+    code = main([str(REPO / "agents" / "replies.yaml"), "draft", "-i", "ticket=Cannot log in"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert 'sign as "The Acme Mail team"' in out  # the macro came from the template folder
+
+
+@pytest.fixture
+def scripted():  # type: ignore[no-untyped-def]
+    def install(replies: list[Reply]) -> ScriptedRuntime:
+        runtime = ScriptedRuntime(replies)
+        register_runtime("scripted-repo", runtime)
+        return runtime
+
+    yield install
+    unregister_runtime("scripted-repo")
+
+
+def test_tools_run_and_deny_rules_hold_in_the_repository(scripted) -> None:
+    model = scripted(
+        [
+            Reply.call("notes_delete", {"ticket_id": "1042"}),
+            Reply.call("search_docs", {"query": "invoice"}),
+            Reply.call("count_words", {"text": "charged twice again"}),
+            Reply.json({"decision": "refund", "amount": 12.5, "reason": "double charge"}),
+        ]
+    )
+    agent = compile_path(REPO).agent("desk")
+    state = RunState()
+
+    async def go() -> object:
+        async with agent.open_runtime() as runtime:
+            method = agent.method("investigate")
+            return await method.run(
+                runtime, {"ticket": "charged twice"}, model="scripted-repo:m", state=state
+            )
+
+    out = asyncio.run(go())
+    assert out == {"decision": "refund", "amount": 12.5, "reason": "double charge"}
+    assert state.path == [
+        {
+            "agent": "desk",
+            "method": "investigate",
+            "choice": "refund",
+            "fields": {"amount": 12.5, "reason": "double charge"},
+        }
+    ]
+    first = model.requests[0]
+    offered = sorted(n for n in first.tool_names if not n.startswith("choose_"))
+    assert offered == ["count_words", "search_docs"]  # notes_delete is denied by read_only
+    results = {m.name: m for m in model.requests[-1].messages if m.role == "tool"}
+    assert results["notes_delete"].is_error  # asked for, refused, never ran
+    assert "billing.md" in results["search_docs"].text()
+    assert results["count_words"].text() == "3"
+
+
+def copy_repo(tmp_path: Path) -> Path:
+    target = tmp_path / "repo"
+    shutil.copytree(REPO, target)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("file", "old", "new", "expected"),
+    [
+        ("openprogram.yaml", "includes_never", "", None),
+        ("agents/desk.yaml", "includes: [read_only]", "includes: [read_onyl]",
+         "includes 'read_onyl', which is not a toolset; did you mean 'read_only'?"),
+        ("agents/desk.yaml", "method: replies.draft", "method: replies.drafts",
+         "calls method 'drafts', which agent 'replies' does not have; did you mean 'draft'?"),
+        ("agents/desk.yaml", "schema: {$ref: refund.json}", "schema: {$ref: ../../refund.json}",
+         "leaves the project root"),
+        ("agents/desk.yaml", "{$ref: label.json}", "{$ref: 'https://example.com/label.json'}",
+         "is a URL"),
+        ("agents/replies.yaml", '{% include "_ticket.j2" %}', '{% include "_tickets.j2" %}',
+         "_tickets.j2"),
+        ("openprogram.yaml", "templates: [prompts]", "templates: [../outside]",
+         "leaves the project root"),
+        ("openprogram.yaml", "agents: [agents/*.yaml]", "agents: [agent/*.yaml]",
+         "matches no file"),
+    ],
+)  # fmt: skip
+def test_repository_mistakes_are_positioned_errors(
+    tmp_path: Path, file: str, old: str, new: str, expected: str | None
+) -> None:
+    repo = copy_repo(tmp_path)
+    target = repo / file
+    text = target.read_text()
+    if expected is None:
+        compile_path(repo)  # the unchanged copy compiles
+        return
+    assert old in text
+    target.write_text(text.replace(old, new))
+    with pytest.raises(ConfigError) as info:
+        compile_path(repo)
+    messages = [str(d) for d in info.value.diagnostics]
+    assert any(expected in m for m in messages), messages
+    assert all(d.line > 0 for d in info.value.diagnostics), messages

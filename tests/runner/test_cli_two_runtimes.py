@@ -1,0 +1,60 @@
+"""One YAML file routes two models to two runtimes: Chat Completions and Anthropic Messages."""
+
+from __future__ import annotations
+
+import json
+
+from loopback import LoopbackServer, json_reply
+
+from openprogram_yaml.runner.cli import main
+
+AGENT = """\
+version: 1
+name: duo
+model: local:llama3
+runtimes:
+  - {match: "local:*", runtime: openai, options: {base_url: "%(openai)s"}}
+  - match: "claude:*"
+    runtime: anthropic
+    options: {base_url: "%(anthropic)s", api_key: "k-test-1"}
+methods:
+  fast:
+    prompt: quick answer
+  careful:
+    model: claude:claude-sonnet-4-5
+    prompt: careful answer
+"""
+
+
+def openai_body(text: str) -> dict:
+    return {
+        "id": "c1", "object": "chat.completion", "created": 0, "model": "llama3",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }  # fmt: skip
+
+
+def anthropic_body(text: str) -> dict:
+    return {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+        "stop_sequence": None, "usage": {"input_tokens": 4, "output_tokens": 2},
+    }  # fmt: skip
+
+
+def test_two_models_two_runtimes(write, capsys) -> None:
+    with LoopbackServer() as oai, LoopbackServer() as anth:
+        oai.add(json_reply(openai_body("from llama")))
+        anth.add(json_reply(anthropic_body("from claude")))
+        path = write("duo.yaml", AGENT % {"openai": oai.url + "/v1", "anthropic": anth.url})
+        assert main([str(path), "fast", "--json"]) == 0
+        fast = json.loads(capsys.readouterr().out)
+        assert main([str(path), "careful", "--json"]) == 0
+        careful = json.loads(capsys.readouterr().out)
+        [o_req], [a_req] = oai.requests, anth.requests
+    assert fast["output"] == "from llama" and fast["model"] == "local:llama3"
+    assert careful["output"] == "from claude" and careful["model"] == "claude:claude-sonnet-4-5"
+    assert o_req.path == "/v1/chat/completions" and o_req.json["model"] == "llama3"
+    assert a_req.path == "/v1/messages" and a_req.json["model"] == "claude-sonnet-4-5"
+    assert a_req.headers["x-api-key"] == "k-test-1"
