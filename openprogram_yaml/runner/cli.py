@@ -15,17 +15,23 @@ from typing import Any, NoReturn, TextIO
 
 __all__ = ["main"]
 
-SUBCOMMANDS = ("check", "runtimes", "schema")
+SUBCOMMANDS = ("check", "runtimes", "schema", "serve")
 
 _DESCRIPTION = """\
 Run a method of a YAML agent:
   openprogram-run PATH [METHOD] [-i NAME=VALUE]... [--input-json JSON|@FILE]
-                  [--model PROVIDER:MODEL] [--json]
+                  [--model PROVIDER:MODEL] [--json] [--trace FILE]
+                  [--records FILE] [--watch]
+  PATH is an agent file or a project folder (with openprogram.yaml); in a project,
+  METHOD may be AGENT.METHOD. --watch re-runs with the same inputs whenever a file
+  of the agent changes.
 
 Other commands:
+  openprogram-run serve PATH [--port N] [--records FILE]
+                                   serve runs over HTTP on 127.0.0.1, reloading on change
   openprogram-run check PATH...    validate, report every problem, run nothing
   openprogram-run runtimes         list registered runtimes, built-in or plugin
-  openprogram-run schema           print the JSON Schema of the agent format
+  openprogram-run schema [project] print the JSON Schema of agent (or project) files
 
 Exit status: 0 success, 1 the run failed, 2 usage or config error.
 """
@@ -57,6 +63,13 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", help="which agent, when PATH holds several")
     p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--trace", metavar="FILE", type=Path, help="append the session trace (JSONL)")
+    p.add_argument(
+        "--watch", action="store_true", help="re-run on every change to the agent's files"
+    )
+    p.add_argument(
+        "--records", metavar="FILE", type=Path, help="append each run's record (JSON Lines)"
+    )
     return p
 
 
@@ -120,21 +133,22 @@ def _format_output(output: Any) -> str:
 def _cmd_run(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
     import asyncio
-    import time
 
-    from ..compile.agent import compile_path
-    from ..errors import ConfigError, OpenProgramError, UsageError
+    if args.watch:
+        return _cmd_watch(args)
+
+    from ..compile.project import compile_path
+    from ..errors import ConfigError, UsageError
 
     try:
         program = compile_path(Path(args.path))
     except ConfigError as exc:
         return _print_config_error(exc)
     try:
-        agent = program.agent(args.agent)
+        agent, args.method = program.select(args.method, agent=args.agent, path=Path(args.path))
     except UsageError as exc:
         _emit(sys.stderr, f"error: {exc}")
         return 2
-    secrets = agent.secrets
     if args.method is None:
         if len(agent.methods) == 1:
             args.method = next(iter(agent.methods))
@@ -144,59 +158,107 @@ def _cmd_run(argv: Sequence[str]) -> int:
                 f"error: name a method of agent '{agent.name}': {', '.join(sorted(agent.methods))}",
             )
             return 2
-    record: dict[str, Any] = {"agent": agent.name, "method": args.method}
     try:
         method = agent.method(args.method)
         inputs = _parse_inputs(args, method)
         method.prepare_inputs(inputs)
-        model = args.model or method.options.model or agent.model
-        if not model:
-            raise UsageError(
-                f"no model for agent '{agent.name}': set 'model:' in {agent.path.name} "
-                "or pass --model PROVIDER:MODEL (or --model test to run offline)"
-            )
-        record["model"] = model
-
-        async def run() -> tuple[Any, Any]:
-            async with agent.open_runtime() as runtime:
-                out = await method.run(runtime, inputs, model=model)
-                return out, runtime.last_usage
-
-        started = time.perf_counter()
-        status = _Status(f"{agent.name}.{method.name} on {model}")
-        try:
-            output, usage = asyncio.run(run())
-        finally:
-            status.clear()
-        record["elapsed_s"] = round(time.perf_counter() - started, 3)
     except UsageError as exc:
-        _emit(sys.stderr, f"error: {exc}", secrets)
+        _emit(sys.stderr, f"error: {exc}", agent.secrets)
         return 2
-    except OpenProgramError as exc:
-        if args.json:
-            record["error"] = _error_dict(exc)
-            record["version"] = program.version
-            _emit(sys.stdout, json.dumps(record, ensure_ascii=False), secrets)
-        _emit(sys.stderr, f"error: {type(exc).__name__}: {exc}", secrets)
-        return exc.exit_code
+
+    from .records import GitStamper, RecordLog, VersionStamp, append_trace, execute_run
+
+    # git is asked only when a record is shown or kept: plain runs stay fast.
+    wants_record = args.json or args.records is not None
+    stamp = GitStamper().stamp(program) if wants_record else VersionStamp(program.version)
+    trace = None
+    if args.trace:
+        from ..runtime.trace import SessionTrace
+
+        trace = SessionTrace()
+    status = _Status(f"{agent.name}.{method.name}")
+    try:
+        record = asyncio.run(
+            execute_run(
+                program, stamp, agent.name, method.name, inputs, model=args.model, trace=trace
+            )
+        )
+    finally:
+        status.clear()
+        if trace is not None:
+            append_trace(args.trace, trace, agent.secrets)
+    if args.records is not None:
+        log = RecordLog(args.records)
+        try:
+            log.append(record)
+        finally:
+            log.close()
     if args.json:
-        record.update(output=output, usage=usage, version=program.version)
-        _emit(sys.stdout, json.dumps(record, ensure_ascii=False), secrets)
-    else:
-        _emit(sys.stdout, _format_output(output), secrets)
-    return 0
+        _emit(sys.stdout, record.to_json())
+    elif record.error is None:
+        _emit(sys.stdout, _format_output(record.output), agent.secrets)
+    if record.error is not None:
+        kind = record.error.get("type", "error")
+        _emit(sys.stderr, f"error: {kind}: {record.error.get('message', '')}", agent.secrets)
+    return record.exit_code
 
 
-def _error_dict(exc: Exception) -> dict[str, Any]:
-    to_dict = getattr(exc, "to_dict", None)
-    if callable(to_dict):
-        out: dict[str, Any] = to_dict()
-        return out
-    data: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
-    for attr in ("code", "issues", "kind"):
-        if hasattr(exc, attr):
-            data[attr] = getattr(exc, attr)
-    return data
+def _cmd_watch(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .serve import watch_and_run
+
+    return asyncio.run(
+        watch_and_run(
+            Path(args.path),
+            agent=args.agent,
+            method=args.method,
+            inputs_for=lambda method: _parse_inputs(args, method),
+            model=args.model,
+            json_output=args.json,
+            records=args.records,
+            trace=args.trace,
+        )
+    )
+
+
+def _cmd_serve(argv: Sequence[str]) -> int:
+    from .serve import DEFAULT_GRACE_S
+
+    p = _Parser(
+        prog="openprogram-run serve",
+        description="Serve runs over HTTP on 127.0.0.1 while the agent's files change:\n"
+        "  POST /run/AGENT/METHOD (inputs as a JSON object) → the run's record\n"
+        "  GET /health, GET /version, GET /agents",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", metavar="PATH", help="an agent file, or a project folder")
+    p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free one)")
+    p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model of every run")
+    p.add_argument("--records", metavar="FILE", type=Path, help="append each run's record")
+    p.add_argument(
+        "--grace",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        help="on Ctrl-C or SIGTERM, how long runs in flight may finish (default: %(default)s)",
+    )
+    p.add_argument("--no-watch", action="store_true", help="serve one version; do not reload")
+    args = p.parse_args(argv)
+    import asyncio
+
+    from .serve import serve_path
+
+    return asyncio.run(
+        serve_path(
+            Path(args.path),
+            port=args.port,
+            model=args.model,
+            records=args.records,
+            grace_s=args.grace,
+            watch=not args.no_watch,
+        )
+    )
 
 
 class _Status:
@@ -219,7 +281,7 @@ def _cmd_check(argv: Sequence[str]) -> int:
     p = _Parser(prog="openprogram-run check", description="Validate agent files; run nothing.")
     p.add_argument("paths", metavar="PATH", nargs="+")
     args = p.parse_args(argv)
-    from ..compile.agent import compile_path
+    from ..compile.project import compile_path
     from ..errors import ConfigError, Diagnostic
 
     diagnostics: list[Diagnostic] = []
@@ -244,10 +306,17 @@ def _cmd_check(argv: Sequence[str]) -> int:
 
 def _cmd_schema(argv: Sequence[str]) -> int:
     p = _Parser(prog="openprogram-run schema", description="Print the JSON Schema of the format.")
-    p.parse_args(argv)
-    from ..spec.schema import agent_json_schema
+    p.add_argument(
+        "kind",
+        nargs="?",
+        choices=("agent", "project"),
+        default="agent",
+        help="agent files (default) or the project file openprogram.yaml",
+    )
+    args = p.parse_args(argv)
+    from ..spec.schema import json_schema
 
-    _emit(sys.stdout, json.dumps(agent_json_schema(), indent=2))
+    _emit(sys.stdout, json.dumps(json_schema(args.kind), indent=2))
     return 0
 
 
@@ -292,7 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args and args[0] in SUBCOMMANDS:
-            command = {"check": _cmd_check, "runtimes": _cmd_runtimes, "schema": _cmd_schema}
+            command = {
+                "check": _cmd_check,
+                "runtimes": _cmd_runtimes,
+                "schema": _cmd_schema,
+                "serve": _cmd_serve,
+            }
             return command[args[0]](args[1:])
         if not args:
             _run_parser().print_help(sys.stderr)

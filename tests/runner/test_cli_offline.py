@@ -33,7 +33,13 @@ def test_json_output_has_the_record_fields(capsys) -> None:
     assert record["model"] == "test"
     assert isinstance(record["output"], str) and record["output"]
     assert set(record["usage"]) >= {"input_tokens", "output_tokens", "total_tokens"}
-    assert len(record["version"]) == 16
+    assert len(record["version"]["hash"]) == 16
+    assert record["status"] == "ok"
+    # This checkout is a git repository: the record names the commit and whether the
+    # files the run used differ from it.
+    if "commit" in record["version"]:
+        assert len(record["version"]["commit"]) == 40
+        assert isinstance(record["version"]["dirty"], bool)
 
 
 def test_same_inputs_same_answer(capsys) -> None:

@@ -1,0 +1,272 @@
+"""Hot reload: keep the last good ``Program`` serving while its files change.
+
+The one home of watchfiles. ``ProgramHolder`` compiles a path, watches every file the
+Program says it was compiled from (``Program.files``), recompiles on a change and swaps a
+valid Program in whole; an invalid one is reported and the last good Program keeps serving.
+A run takes ``holder.snapshot()`` once, when it starts, so a swap never touches it.
+
+Watching is by directory, not by file: editors that save by writing a new file and renaming
+it over the old one (vim, JetBrains, many formatters) replace the inode a per-file watch
+would follow. The directories are those of the tracked files; events on other files are
+ignored unless the last compile failed (a broken config cannot say which files it needs, so
+any file next to the tracked ones may be the fix).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..compile.program import Program
+from ..compile.project import compile_path
+from ..errors import ConfigError, Diagnostic
+from .records import GitStamper, VersionStamp
+
+__all__ = ["DEBOUNCE_MS", "STEP_MS", "ProgramHolder", "ReloadEvent"]
+
+#: watchfiles yields a batch once no new change arrived for one ``step``, or at the latest
+#: ``debounce`` after the first. An editor's save (truncate+write, or write+rename) lands
+#: within a millisecond or two, so 10 ms of quiet is enough to see it whole, and 50 ms
+#: bounds the wait under a burst (a formatter touching many files). watchfiles' defaults
+#: (1600/50 ms) are tuned for restarting servers, not for seeing an edit. Measured with
+#: ``benchmarks/reload.py``: see that file for the save-to-serving latency.
+DEBOUNCE_MS = 50
+STEP_MS = 10
+
+ReloadStatus = Literal["loaded", "failed", "unchanged"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadEvent:
+    """The outcome of one recompile.
+
+    ``loaded``: a new version serves. ``failed``: ``diagnostics`` say why, and ``version``
+    (None when nothing ever compiled) keeps serving. ``unchanged``: the files compile to the
+    version already serving (a save without changes).
+    """
+
+    status: ReloadStatus
+    version: str | None
+    previous: str | None
+    diagnostics: tuple[Diagnostic, ...]
+    changed: tuple[Path, ...]
+    compile_s: float
+
+
+class _WatchSignal:
+    """The ``stop_event`` handed to watchfiles, which its watcher thread polls every step.
+
+    Its first poll also tells us the watcher is set up: from then on no save is missed.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        self._loop = loop
+        self._stop = stop
+        self._flag = threading.Event()
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self._polled = False
+
+    def is_set(self) -> bool:
+        if not self._polled:
+            self._polled = True
+            self._loop.call_soon_threadsafe(self._mark_ready)
+        return self._flag.is_set() or self._stop.is_set()
+
+    def set(self) -> None:
+        self._flag.set()
+
+    def _mark_ready(self) -> None:
+        if not self.ready.done():
+            self.ready.set_result(None)
+
+
+class ProgramHolder:
+    """The Program now serving for ``path``, kept up to date by ``watch()``."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        compile: Callable[[Path], Program] = compile_path,
+        stamper: GitStamper | None = None,
+        debounce_ms: int = DEBOUNCE_MS,
+        step_ms: int = STEP_MS,
+        ignore: Iterable[Path] = (),
+    ) -> None:
+        self.path = path.resolve()
+        self._compile = compile
+        self.stamper = stamper or GitStamper()
+        self.debounce_ms = debounce_ms
+        self.step_ms = step_ms
+        #: Files the runner itself writes (records, traces) must not trigger a recompile.
+        self.ignore = frozenset(p.resolve() for p in ignore)
+        self.program: Program | None = None
+        #: The diagnostics of the last compile when it failed; None once one succeeds.
+        self.failure: tuple[Diagnostic, ...] | None = None
+        self.listeners: list[Callable[[ReloadEvent], None]] = []
+        #: Set once the watcher is set up (every later save will be seen).
+        self.watching = asyncio.Event()
+
+    # --- compiling ----------------------------------------------------------------------
+
+    def load(self) -> Program:
+        """Compile now (blocking); raises ``ConfigError`` when there is no valid version."""
+        try:
+            program = self._compile(self.path)
+        except ConfigError as exc:
+            self.failure = tuple(exc.diagnostics)
+            raise
+        self._swap(program)
+        return program
+
+    def snapshot(self) -> tuple[Program, VersionStamp]:
+        """The version a run starting now uses; the run keeps it to its end."""
+        program = self.program
+        if program is None:
+            raise RuntimeError("no valid version of the program has compiled yet")
+        return program, self.stamper.stamp(program)
+
+    def _swap(self, program: Program) -> None:
+        self.program = program  # one reference assignment: atomic for every reader
+        self.failure = None
+
+    def _compile_and_stamp(self) -> Program:
+        program = self._compile(self.path)
+        self.stamper.stamp(program)  # warm the cache so the next run does not wait for git
+        return program
+
+    async def reload(self, changed: Collection[Path] = (), *, quiet: bool = False) -> ReloadEvent:
+        """Recompile; swap in a valid version, keep the current one otherwise.
+
+        Compiles in a worker thread so runs in flight keep streaming meanwhile. Listeners hear
+        of the outcome unless ``quiet`` and nothing changed (a startup catch-up check).
+        """
+        previous = self.program.version if self.program is not None else None
+        was_failing = self.failure
+        started = time.perf_counter()
+        try:
+            program = await asyncio.to_thread(self._compile_and_stamp)
+        except ConfigError as exc:
+            self.failure = tuple(exc.diagnostics)
+            event = ReloadEvent(
+                "failed",
+                previous,
+                previous,
+                self.failure,
+                tuple(changed),
+                time.perf_counter() - started,
+            )
+            if self.failure != was_failing:  # the same errors again are no news
+                self._publish(event)
+            return event
+        elapsed = time.perf_counter() - started
+        recovered = was_failing is not None
+        status: ReloadStatus = "loaded" if program.version != previous or recovered else "unchanged"
+        if status == "loaded":
+            self._swap(program)
+        event = ReloadEvent(status, program.version, previous, (), tuple(changed), elapsed)
+        if not (quiet and status == "unchanged"):
+            self._publish(event)
+        return event
+
+    def _publish(self, event: ReloadEvent) -> None:
+        for listener in list(self.listeners):
+            listener(event)
+
+    # --- watching -----------------------------------------------------------------------
+
+    def watched_dirs(self) -> frozenset[Path]:
+        """The directories to watch: those of the tracked files, and the source path's."""
+        dirs = {self.path if self.path.is_dir() else self.path.parent}
+        if self.program is not None:
+            dirs.update(p.parent for p in self.program.files)
+        return frozenset(d for d in dirs if d.is_dir())
+
+    def is_relevant(self, path: Path, *, added: bool = False) -> bool:
+        """Whether a change to ``path`` may change the Program (``added``: a new file)."""
+        if path in self.ignore:
+            return False
+        if self.program is not None and path in self.program.files:
+            return True
+        if self.path.is_dir() and path.parent == self.path and path.suffix in (".yaml", ".yml"):
+            return True  # an agent file in a folder of agents
+        if self.failure is None and self.program is not None:
+            return False
+        # A broken config cannot list its files: the fix is in a file a diagnostic names,
+        # or a file just created (a missing template). Other files changing next to the
+        # agent (logs, outputs) must not recompile, or a runner logging there would loop.
+        return added or path in {Path(d.path).resolve() for d in self.failure or ()}
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Watch and reload until ``stop`` is set. Sets ``watching`` once set up."""
+        while not stop.is_set():
+            try:
+                await self._watch_dirs(self.watched_dirs(), stop)
+            except OSError as exc:  # a watched folder vanished, or too many watches
+                # Say so (the last good version keeps serving) and try again shortly.
+                where = Diagnostic(str(self.path), 0, 0, f"cannot watch for changes: {exc}")
+                if self.failure != (where,):
+                    self.failure = (where,)
+                    version = self.program.version if self.program else None
+                    self._publish(ReloadEvent("failed", version, version, (where,), (), 0.0))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 1.0)
+
+    async def _watch_dirs(self, dirs: frozenset[Path], stop: asyncio.Event) -> None:
+        from watchfiles import Change, DefaultFilter, awatch
+
+        junk = DefaultFilter()
+        loop = asyncio.get_running_loop()
+        signal = _WatchSignal(loop, stop)
+        batches: asyncio.Queue[set[Path]] = asyncio.Queue()
+
+        def wanted(change: Change, raw: str) -> bool:
+            return junk(change, raw) and self.is_relevant(Path(raw), added=change == Change.added)
+
+        async def pump() -> None:
+            async for changes in awatch(
+                *dirs,
+                watch_filter=wanted,
+                debounce=self.debounce_ms,
+                step=self.step_ms,
+                stop_event=signal,
+                recursive=False,
+            ):
+                batches.put_nowait({Path(raw) for _, raw in changes})
+
+        pump_task = asyncio.create_task(pump())
+        stop_task = asyncio.create_task(stop.wait())
+        try:
+            first: set[asyncio.Future[Any]] = {signal.ready, pump_task, stop_task}
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+            if pump_task.done():
+                pump_task.result()  # a watcher that could not start raises here
+                return
+            if stop.is_set():
+                return
+            # A save between the last compile and the watcher's start raised no event.
+            await self.reload(quiet=True)
+            self.watching.set()
+            while self.watched_dirs() == dirs:
+                get = asyncio.create_task(batches.get())
+                await asyncio.wait({get, pump_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+                if not get.done():
+                    get.cancel()
+                    if pump_task.done():
+                        pump_task.result()
+                    return
+                changed = get.result()
+                while not batches.empty():  # coalesce saves that queued up during a compile
+                    changed |= batches.get_nowait()
+                await self.reload(sorted(changed))
+        finally:
+            # Stop the watcher thread first: watchfiles cannot be cancelled while it waits.
+            signal.set()
+            stop_task.cancel()
+            await asyncio.gather(pump_task, return_exceptions=True)

@@ -1,0 +1,552 @@
+"""``openprogram-run serve``: a local HTTP server that runs agents while their files change.
+
+Why HTTP: it is what an application under development calls (any language, any HTTP
+client, concurrent runs), and it stays scriptable (``curl -d '{"ticket": "..."}'``).
+It listens on 127.0.0.1 only and has no authentication: it is a development server for one
+machine, built on asyncio's streams so it adds no dependency.
+
+    POST /run/{agent}/{method}[?model=M]   body: the inputs as a JSON object → the run record
+    GET  /health                           status, the serving version, runs in flight
+    GET  /version                          the serving version, its files, the last reload
+    GET  /agents                           agents, their methods and inputs
+
+A run's HTTP status: 200 ok, 400 bad inputs, 404 no such agent or method, 502 the model call
+failed, 500 any other failure, 503 interrupted by shutdown. The body is always the record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from ..compile.program import Method, Program
+from ..errors import ConfigError, Diagnostic, UsageError
+from .records import RecordLog, RunRecord, RunService, append_trace, redact
+from .reload import ProgramHolder, ReloadEvent
+
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "HttpServer",
+    "describe_reload",
+    "serve",
+    "serve_path",
+    "watch_and_run",
+]
+
+MAX_BODY = 1 << 20
+MAX_HEADERS = 100
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    501: "Not Implemented",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(slots=True)
+class _Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    body: bytes
+    keep_alive: bool
+
+
+async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+    try:
+        line = await reader.readline()
+    except ValueError as exc:  # longer than the stream limit
+        raise _HttpError(400, "request line too long") from exc
+    if not line:
+        return None
+    parts = line.decode("latin-1").rstrip("\r\n").split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise _HttpError(400, "malformed request line")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for _ in range(MAX_HEADERS):
+        try:
+            raw = await reader.readline()
+        except ValueError as exc:
+            raise _HttpError(431, "header line too long") from exc
+        if raw in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = raw.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    else:
+        raise _HttpError(431, "too many headers")
+    if "transfer-encoding" in headers:
+        raise _HttpError(501, "chunked bodies are not supported; send Content-Length")
+    try:
+        length = int(headers.get("content-length", "0"))
+    except ValueError as exc:
+        raise _HttpError(400, "bad Content-Length") from exc
+    if length < 0 or length > MAX_BODY:
+        raise _HttpError(413, f"the body may hold at most {MAX_BODY} bytes")
+    body = await reader.readexactly(length) if length else b""
+    connection = headers.get("connection", "").lower()
+    keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+    url = urlsplit(target)
+    return _Request(method, unquote(url.path), parse_qs(url.query), body, keep_alive)
+
+
+def _status_of(record: RunRecord) -> int:
+    if record.status == "ok":
+        return 200
+    if record.status == "interrupted":
+        return 503
+    kind = (record.error or {}).get("type", "")
+    if record.exit_code == 2:
+        return 400
+    return 502 if kind == "LLMError" else 500
+
+
+class HttpServer:
+    """Serves runs from ``service`` on the version ``holder`` holds."""
+
+    def __init__(
+        self,
+        holder: ProgramHolder,
+        service: RunService,
+        *,
+        model: str | None = None,
+        log: TextIO | None = None,
+    ) -> None:
+        self.holder = holder
+        self.service = service
+        self.model = model
+        self.log = log
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        #: Connection tasks, and which of them are answering a request (not idle).
+        self._connections: set[asyncio.Task[None]] = set()
+        self._busy: set[asyncio.Task[None]] = set()
+
+    async def start(self, port: int = 0) -> int:
+        """Listen on 127.0.0.1:``port`` (0: any free port); returns the port."""
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def close(self, grace_s: float, force: asyncio.Event | None = None) -> None:
+        """Stop accepting; let runs in flight finish within ``grace_s``; answer them; close."""
+        if self._server is not None:
+            self._server.close()
+        for task in self._connections - self._busy:
+            task.cancel()  # idle keep-alive connections
+        await self.service.shutdown(grace_s, force)
+        if self._busy:
+            # Each run has ended; give its connection a moment to send the record.
+            await asyncio.wait(set(self._busy), timeout=5)
+        for task in set(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(set(self._connections))
+
+    # --- connections --------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            while True:
+                try:
+                    request = await _read_request(reader)
+                except _HttpError as exc:
+                    await self._send(writer, exc.status, {"error": str(exc)}, keep_alive=False)
+                    return
+                if request is None:
+                    return
+                self._busy.add(task)
+                try:
+                    status, body = await self._dispatch(request)
+                    keep = request.keep_alive and not self.service.closing
+                    await self._send(writer, status, body, keep_alive=keep)
+                finally:
+                    self._busy.discard(task)
+                if not keep:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: dict[str, Any] | str,
+        *,
+        keep_alive: bool,
+    ) -> None:
+        text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+        data = text.encode("utf-8")
+        head = (
+            f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\n"
+            "Content-Type: application/json\r\n"
+            f"Content-Length: {len(data)}\r\n"
+            f"Connection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+        )
+        writer.write(head.encode("latin-1") + data)
+        await writer.drain()
+
+    async def _dispatch(self, request: _Request) -> tuple[int, dict[str, Any] | str]:
+        parts = [p for p in request.path.split("/") if p]
+        routes: dict[str, Callable[[], dict[str, Any]]] = {
+            "health": self._health,
+            "version": self._version,
+            "agents": self._agents,
+        }
+        if len(parts) == 1 and parts[0] in routes:
+            if request.method != "GET":
+                return 405, {"error": f"use GET /{parts[0]}"}
+            return 200, routes[parts[0]]()
+        if len(parts) == 3 and parts[0] == "run":
+            if request.method != "POST":
+                return 405, {"error": "use POST /run/{agent}/{method} with the inputs as JSON"}
+            return await self._run(parts[1], parts[2], request)
+        return 404, {"error": "no such route; try POST /run/{agent}/{method}, GET /agents"}
+
+    # --- routes -------------------------------------------------------------------------
+
+    def _version_dict(self) -> dict[str, Any]:
+        return self.holder.snapshot()[1].to_dict()
+
+    def _health(self) -> dict[str, Any]:
+        return {
+            "status": "ok" if self.holder.failure is None else "reload_failed",
+            "version": self._version_dict(),
+            "in_flight": len(self.service.in_flight),
+        }
+
+    def _version(self) -> dict[str, Any]:
+        program, stamp = self.holder.snapshot()
+        files = []
+        for path in sorted(program.files):
+            try:
+                files.append(path.relative_to(program.root).as_posix())
+            except ValueError:
+                files.append(str(path))
+        reload: dict[str, Any] = {"status": "ok"}
+        if self.holder.failure is not None:
+            reload = {"status": "failed", "diagnostics": [str(d) for d in self.holder.failure]}
+        return {"version": stamp.to_dict(), "files": files, "reload": reload}
+
+    def _agents(self) -> dict[str, Any]:
+        program, _ = self.holder.snapshot()
+        out: dict[str, Any] = {}
+        for agent in program.agents.values():
+            out[agent.name] = {
+                "description": agent.description,
+                "methods": {
+                    m.name: {"description": m.description, "inputs": dict(m.inputs)}
+                    for m in agent.methods.values()
+                },
+            }
+        secrets = frozenset().union(*(a.secrets for a in program.agents.values()))
+        redacted: dict[str, Any] = json.loads(redact(json.dumps(out, default=repr), secrets))
+        return redacted
+
+    async def _run(
+        self, agent: str, method: str, request: _Request
+    ) -> tuple[int, dict[str, Any] | str]:
+        program, _ = self.holder.snapshot()
+        found = program.agents.get(agent)
+        if found is None or method not in found.methods:
+            what = f"agent '{agent}'" if found is None else f"method '{method}' of '{agent}'"
+            return 404, {"error": f"no {what}; GET /agents lists them"}
+        try:
+            inputs = json.loads(request.body or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return 400, {"error": f"the body is not JSON: {exc}"}
+        if not isinstance(inputs, dict):
+            return 400, {"error": "the body must be a JSON object of input names to values"}
+        model = request.query.get("model", [self.model])[-1]
+        if self.service.closing:
+            return 503, {"error": "the server is shutting down"}
+        task = self.service.start(agent, method, inputs, model=model)
+        # Shielded: the run belongs to the service, which finishes or interrupts it on
+        # shutdown; a dropped connection must not cancel it half-way.
+        record = await asyncio.shield(task)
+        status = _status_of(record)
+        if self.log is not None:
+            self.log.write(
+                f"{status} {record.agent}.{record.method} {record.status} "
+                f"{record.elapsed_s * 1000:.0f} ms version {record.version.hash}\n"
+            )
+            self.log.flush()
+        return status, record.to_json()
+
+
+def describe_reload(event: ReloadEvent) -> str:
+    """The lines a reload prints (on stderr) for a person watching."""
+    changed = ", ".join(p.name for p in event.changed[:3])
+    if len(event.changed) > 3:
+        changed += ", …"
+    why = f" ({changed} changed)" if changed else ""
+    if event.status == "loaded":
+        return f"reloaded{why}: version {event.version} ({event.compile_s * 1000:.0f} ms)"
+    if event.status == "unchanged":
+        return f"no change{why}: still version {event.version}"
+    lines = [str(d) for d in event.diagnostics]
+    n = len(event.diagnostics)
+    keep = f"still serving version {event.version}" if event.version else "nothing to serve yet"
+    lines.append(f"{n} error{'s' if n != 1 else ''} in the new version{why}; {keep}")
+    return "\n".join(lines)
+
+
+def _print_to(stream: TextIO) -> Callable[[str], None]:
+    def write(text: str) -> None:
+        stream.write(text if text.endswith("\n") else text + "\n")
+        stream.flush()
+
+    return write
+
+
+async def serve(
+    holder: ProgramHolder,
+    service: RunService,
+    *,
+    port: int,
+    grace_s: float,
+    model: str | None,
+    watch: bool,
+    stop: asyncio.Event,
+    force: asyncio.Event,
+    on_listening: Callable[[int], None] | None = None,
+) -> None:
+    """Serve until ``stop`` is set, then shut down cleanly (``force`` cuts the grace short)."""
+    say = _print_to(sys.stderr)
+    holder.listeners.append(lambda event: say(describe_reload(event)))
+    server = HttpServer(holder, service, model=model, log=sys.stderr)
+    watcher: asyncio.Task[None] | None = None
+    watch_stop = asyncio.Event()
+    if watch:
+        watcher = asyncio.create_task(holder.watch(watch_stop))
+        ready = asyncio.create_task(holder.watching.wait())
+        await asyncio.wait({ready, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if watcher.done():
+            ready.cancel()
+            watcher.result()
+    try:
+        bound = await server.start(port)
+        program, stamp = holder.snapshot()
+        agents = ", ".join(sorted(program.agents))
+        say(
+            f"serving {agents} on http://127.0.0.1:{bound} (version {stamp.hash}"
+            + (f"; watching {len(program.files)} files" if watch else "")
+            + "); Ctrl-C stops"
+        )
+        if on_listening is not None:
+            on_listening(bound)
+        await stop.wait()
+        in_flight = len(service.in_flight)
+        if in_flight:
+            say(f"stopping: waiting up to {grace_s:g} s for {in_flight} run(s) in flight")
+        await server.close(grace_s, force)
+    finally:
+        watch_stop.set()
+        if watcher is not None:
+            await asyncio.gather(watcher, return_exceptions=True)
+    say("stopped")
+
+
+# --- the command-line drivers ----------------------------------------------------------
+
+#: Seconds runs in flight get to finish on Ctrl-C or SIGTERM before they are interrupted.
+#: Below Docker's 10 s stop timeout, so interrupted runs are recorded before a SIGKILL.
+DEFAULT_GRACE_S = 8.0
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: asyncio.Event, force: asyncio.Event) -> Iterator[None]:
+    """First Ctrl-C or SIGTERM: ``stop`` (finish runs in flight). Second: ``force``."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set():
+            force.set()
+        stop.set()
+
+    installed: list[signal.Signals] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal)
+        except (NotImplementedError, RuntimeError):  # Windows, or not the main thread
+            continue
+        installed.append(sig)
+    try:
+        yield
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def _config_error_lines(diagnostics: Sequence[Diagnostic]) -> str:
+    n = len(diagnostics)
+    return "\n".join([*map(str, diagnostics), f"{n} error{'s' if n != 1 else ''} found."])
+
+
+async def serve_path(
+    path: Path,
+    *,
+    port: int,
+    model: str | None = None,
+    records: Path | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+    watch: bool = True,
+) -> int:
+    """``openprogram-run serve``: the exit status (0 after a clean shutdown, 2 bad config)."""
+    holder = ProgramHolder(path, ignore=[records] if records else ())
+    try:
+        await asyncio.to_thread(holder.load)
+    except ConfigError as exc:
+        sys.stderr.write(_config_error_lines(exc.diagnostics) + " Nothing to serve.\n")
+        return 2
+    log = RecordLog(records) if records else None
+    service = RunService(holder.snapshot, log)
+    stop, force = asyncio.Event(), asyncio.Event()
+    try:
+        with _stop_on_signals(stop, force):
+            await serve(
+                holder,
+                service,
+                port=port,
+                grace_s=grace_s,
+                model=model,
+                watch=watch,
+                stop=stop,
+                force=force,
+            )
+    except OSError as exc:  # the port is taken
+        sys.stderr.write(f"error: cannot listen on 127.0.0.1:{port}: {exc.strerror}\n")
+        return 2
+    finally:
+        if log is not None:
+            log.close()
+    return 0
+
+
+async def watch_and_run(
+    path: Path,
+    *,
+    agent: str | None,
+    method: str | None,
+    inputs_for: Callable[[Method], dict[str, Any]],
+    model: str | None,
+    json_output: bool,
+    records: Path | None = None,
+    trace: Path | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+) -> int:
+    """``openprogram-run PATH METHOD --watch``: run, then re-run on every new version.
+
+    Outputs go to stdout (text, or one JSON record per run with ``--json``); reloads and
+    diagnostics go to stderr. A broken edit is reported and the next fix runs again.
+    """
+    from ..runtime.trace import SessionTrace
+
+    ignore = [p for p in (records, trace) if p is not None]
+    holder = ProgramHolder(path, ignore=ignore)
+    say = _print_to(sys.stderr)
+    try:
+        await asyncio.to_thread(holder.load)
+    except ConfigError as exc:
+        say(_config_error_lines(exc.diagnostics) + " Waiting for a fix…")
+    log = RecordLog(records) if records else None
+    service = RunService(holder.snapshot, log)
+    new_version = asyncio.Event()
+
+    def on_reload(event: ReloadEvent) -> None:
+        say(describe_reload(event))
+        if event.status == "loaded":
+            new_version.set()
+
+    def on_record(record: RunRecord) -> None:
+        if json_output:
+            _print_to(sys.stdout)(record.to_json())
+        elif record.status == "ok":
+            text = record.output if isinstance(record.output, str) else None
+            if text is None:
+                text = json.dumps(record.output, indent=2, ensure_ascii=False)
+            _print_to(sys.stdout)(redact(text, record.secrets))
+        else:
+            error = record.error or {}
+            message = f"error: {error.get('type')}: {error.get('message')}"
+            say(redact(message, record.secrets))
+
+    holder.listeners.append(on_reload)
+    service.listeners.append(on_record)
+    stop, force = asyncio.Event(), asyncio.Event()
+    watch_stop = asyncio.Event()
+    watcher = asyncio.create_task(holder.watch(watch_stop))
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        with _stop_on_signals(stop, force):
+            ready = asyncio.create_task(holder.watching.wait())
+            await asyncio.wait({ready, watcher, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if watcher.done():
+                watcher.result()
+            if holder.program is not None:
+                new_version.set()
+            while not stop.is_set():
+                changed = asyncio.create_task(new_version.wait())
+                await asyncio.wait({changed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if stop.is_set():
+                    changed.cancel()
+                    break
+                new_version.clear()
+                program, stamp = holder.snapshot()
+                try:
+                    found = program.agent(agent).method(method or _only_method_of(program, agent))
+                    inputs = inputs_for(found)
+                except UsageError as exc:
+                    say(f"error: {exc}")
+                    continue
+                say(f"── {found.agent}.{found.name} on version {stamp.hash}")
+                session = SessionTrace() if trace is not None else None
+                task = service.start(agent, found.name, inputs, model=model, trace=session)
+                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if task.done() and session is not None and trace is not None:
+                    append_trace(trace, session, task.result().secrets)
+            await service.shutdown(grace_s, force)
+    finally:
+        stopping.cancel()
+        watch_stop.set()
+        await asyncio.gather(watcher, return_exceptions=True)
+        if log is not None:
+            log.close()
+    return 0
+
+
+def _only_method_of(program: Program, agent: str | None) -> str:
+    found = program.agent(agent)
+    if len(found.methods) == 1:
+        return next(iter(found.methods))
+    names = ", ".join(sorted(found.methods))
+    raise UsageError(f"name a method of agent '{found.name}': {names}")
