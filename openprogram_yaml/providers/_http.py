@@ -1,40 +1,52 @@
 """The one home of the providers' HTTP client.
 
-Everything a provider needs from HTTP lives here: one pooled ``httpx.AsyncClient`` per
-provider configuration (``ClientPool``), HTTP failures classified for the retry loop
+Everything a provider needs from HTTP lives here: one pooled client per provider
+configuration and event loop (``ClientPool``), HTTP failures classified for the retry loop
 (``failure_from_status``, ``failure_from_exception``), ``Retry-After`` parsing, an SSE
 line parser, and ``stream_turn`` built on ``run_turn(on_delta=…)``.
 
-The transport is chosen by measurement (DESIGN.md): ``make_transport`` is the single place
-that picks it, so swapping httpx's default transport is a one-line change there.
+The transport is chosen by measurement (DESIGN.md, benchmarks/README.md): providers talk
+to servers through aiohttp's client (``AiohttpClient``), which served 1,000 concurrent
+loopback runs in about 1.1x bare aiohttp's time where httpx's default transport took 12
+to 45 s, and costs less per call than httpx over any transport. A runtime given an httpx
+``transport=`` (``httpx.MockTransport`` in tests) talks through ``HttpxClient`` instead;
+both answer the same two calls, so the providers' code has one path. ``make_client`` is
+the single place that picks between them.
 
-httpx is imported lazily so that ``import openprogram_yaml`` stays fast.
+httpx and aiohttp are imported lazily so that ``import openprogram_yaml`` stays fast.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
+import contextlib
 import email.utils
 import ipaddress
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import ErrorReason
 from ..runtimes.protocol import RuntimeDelta, RuntimeResult, TurnFailure
 
 if TYPE_CHECKING:
+    import aiohttp
     import httpx
 
 __all__ = [
+    "AiohttpClient",
     "ClientPool",
     "HTTPRuntime",
     "HTTPSettings",
+    "HttpxClient",
+    "Reply",
     "SSEEvent",
     "StreamAssembler",
     "build_client",
@@ -44,8 +56,9 @@ __all__ = [
     "failure_from_status",
     "image_source",
     "is_local_url",
+    "iter_lines",
     "iter_sse",
-    "make_transport",
+    "make_client",
     "parse_retry_after",
     "redact",
     "request_timeout",
@@ -55,15 +68,6 @@ __all__ = [
 #: The longest piece of a server's error body kept in a message.
 MAX_ERROR_TEXT = 500
 REDACTED = "***"
-
-
-def make_transport() -> httpx.AsyncBaseTransport | None:
-    """The transport every provider client uses; ``None`` means httpx's default.
-
-    The benchmarks issue measures alternatives (e.g. an aiohttp-backed transport); the
-    winner is returned from here and nothing else changes.
-    """
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,41 +83,272 @@ class HTTPSettings:
     keepalive_expiry_s: float = 30.0
 
 
-def build_client(
-    settings: HTTPSettings, transport: httpx.AsyncBaseTransport | None = None
-) -> httpx.AsyncClient:
-    """A pooled async client for one provider configuration."""
-    import httpx
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds allowed to connect and between reads (and to wait for a pooled connection)."""
 
+    connect: float | None
+    read: float | None
+
+
+def request_timeout(settings: HTTPSettings, budget_s: float | None) -> Timeouts | None:
+    """A per-request timeout when the caller's budget is shorter than the client's."""
+    if budget_s is None or (settings.timeout_s is not None and budget_s >= settings.timeout_s):
+        return None
+    budget_s = max(budget_s, 0.001)
+    return Timeouts(min(settings.connect_timeout_s, budget_s), budget_s)
+
+
+def _client_timeouts(settings: HTTPSettings) -> Timeouts:
     connect = settings.connect_timeout_s
     if settings.timeout_s is not None:
         connect = min(connect, settings.timeout_s)
+    return Timeouts(connect, settings.timeout_s)
+
+
+class Reply(Protocol):
+    """What a provider reads from a response, whichever client fetched it."""
+
+    status: int
+    headers: Mapping[str, str]
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        ...
+
+    def lines(self) -> AsyncIterator[str]:
+        """The body as text lines, line endings removed (``str.splitlines`` rules)."""
+        ...
+
+
+class HTTPClient(Protocol):
+    """The two calls providers make: one POST, read whole or as a stream."""
+
+    def post(
+        self,
+        path: str,
+        content: bytes,
+        headers: Mapping[str, str] | None,
+        timeout: Timeouts | None,
+    ) -> contextlib.AbstractAsyncContextManager[Reply]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def make_client(
+    settings: HTTPSettings, transport: httpx.AsyncBaseTransport | None = None
+) -> HTTPClient:
+    """The pooled client of one provider configuration on the running loop.
+
+    aiohttp unless an httpx ``transport`` is given (tests use ``httpx.MockTransport``).
+    """
+    if transport is not None:
+        return HttpxClient(build_client(settings, transport))
+    return AiohttpClient(settings)
+
+
+def build_client(
+    settings: HTTPSettings, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    """An httpx client for one provider configuration (used with an explicit transport)."""
+    import httpx
+
+    timeouts = _client_timeouts(settings)
     return httpx.AsyncClient(
         base_url=settings.base_url,
         headers=dict(settings.headers),
-        timeout=httpx.Timeout(settings.timeout_s, connect=connect),
+        timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
         limits=httpx.Limits(
             max_connections=settings.max_connections,
             max_keepalive_connections=settings.max_keepalive_connections,
             keepalive_expiry=settings.keepalive_expiry_s,
         ),
-        transport=transport if transport is not None else make_transport(),
+        transport=transport,
         follow_redirects=False,
         trust_env=False,
     )
 
 
-def request_timeout(settings: HTTPSettings, budget_s: float | None) -> httpx.Timeout | None:
-    """A per-request timeout when the caller's budget is shorter than the client's."""
-    if budget_s is None or (settings.timeout_s is not None and budget_s >= settings.timeout_s):
-        return None
-    import httpx
+async def iter_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """UTF-8 text lines from a byte stream, split like ``str.splitlines`` (as httpx does)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    pending = ""
+    async for chunk in chunks:
+        text = pending + decoder.decode(chunk)
+        if not text:
+            continue
+        lines = text.splitlines(keepends=True)
+        last = lines[-1]
+        # An unterminated last line waits for more; so does a "\r" that may precede "\n".
+        waits = last.endswith("\r") or last.splitlines()[0] == last
+        pending = lines.pop() if waits else ""
+        for line in lines:
+            yield line.splitlines()[0]
+    text = pending + decoder.decode(b"", final=True)
+    for line in text.splitlines():
+        yield line
 
-    budget_s = max(budget_s, 0.001)
-    return httpx.Timeout(budget_s, connect=min(settings.connect_timeout_s, budget_s))
+
+class _AiohttpReply:
+    """The response of one aiohttp request, entered with ``async with`` (a plain class:
+    cheaper per call than a generator-based context manager)."""
+
+    __slots__ = ("_request", "_response", "headers", "status")
+
+    def __init__(self, request: Any) -> None:
+        self._request = request  # aiohttp's request context manager
+
+    async def __aenter__(self) -> Reply:
+        response: aiohttp.ClientResponse = await self._request.__aenter__()
+        self._response = response
+        self.status: int = response.status
+        self.headers: Mapping[str, str] = response.headers
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self._request.__aexit__(*exc_info)
+
+    async def read(self) -> bytes:
+        return await self._response.read()
+
+    def lines(self) -> AsyncIterator[str]:
+        return iter_lines(self._response.content.iter_any())
 
 
-class ClientPool:
+class AiohttpClient:
+    """A pooled aiohttp ``ClientSession`` for one provider configuration and loop.
+
+    Same settings as the httpx client it replaces: no redirects, no proxy variables,
+    ``connect`` bounds making a connection and ``read`` each wait for data.
+    """
+
+    __slots__ = ("_session", "_timeout", "_urls")
+
+    def __init__(self, settings: HTTPSettings) -> None:
+        import aiohttp
+
+        timeouts = _client_timeouts(settings)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=settings.timeout_s,  # waiting for a pooled connection, as httpx's pool
+            sock_connect=timeouts.connect,
+            sock_read=timeouts.read,
+        )
+        connector = aiohttp.TCPConnector(
+            limit=settings.max_connections,
+            limit_per_host=0,
+            keepalive_timeout=settings.keepalive_expiry_s,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers=dict(settings.headers),
+            timeout=self._timeout,
+            trust_env=False,
+        )
+        self._urls: dict[str, str] = {"": settings.base_url.rstrip("/")}
+
+    def _url(self, path: str) -> str:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = self._urls[""] + "/" + path.lstrip("/")
+        return url
+
+    def post(
+        self,
+        path: str,
+        content: bytes,
+        headers: Mapping[str, str] | None,
+        timeout: Timeouts | None,
+    ) -> contextlib.AbstractAsyncContextManager[Reply]:
+        request_timeout = self._timeout
+        if timeout is not None:
+            import aiohttp
+
+            request_timeout = aiohttp.ClientTimeout(
+                total=None,
+                connect=timeout.read,
+                sock_connect=timeout.connect,
+                sock_read=timeout.read,
+            )
+        return _AiohttpReply(
+            self._session.post(
+                self._url(path),
+                data=content,
+                headers=headers,
+                timeout=request_timeout,
+                allow_redirects=False,
+            )
+        )
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+    def __del__(self) -> None:
+        # Dropped without ``aclose`` (its loop ended first, or the runtime was dropped):
+        # release the sockets quietly, as httpx does, instead of aiohttp's unclosed warnings.
+        session = getattr(self, "_session", None)
+        if session is None or session.closed:
+            return
+        connector = session.connector
+        session.detach()
+        if connector is not None:
+            with contextlib.suppress(Exception):
+                connector._close()
+
+
+class _HttpxReply:
+    __slots__ = ("_response", "headers", "status")
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status: int = response.status_code
+        self.headers: Mapping[str, str] = response.headers
+
+    async def read(self) -> bytes:
+        return await self._response.aread()
+
+    def lines(self) -> AsyncIterator[str]:
+        return self._response.aiter_lines()
+
+
+class HttpxClient:
+    """An ``httpx.AsyncClient`` behind the same two calls (for an explicit transport)."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    @contextlib.asynccontextmanager
+    async def post(
+        self,
+        path: str,
+        content: bytes,
+        headers: Mapping[str, str] | None,
+        timeout: Timeouts | None,
+    ) -> AsyncIterator[Reply]:
+        import httpx
+
+        request_timeout: Any = httpx.USE_CLIENT_DEFAULT
+        if timeout is not None:
+            request_timeout = httpx.Timeout(timeout.read, connect=timeout.connect)
+        async with self.client.stream(
+            "POST", path, content=content, headers=headers, timeout=request_timeout
+        ) as response:
+            yield _HttpxReply(response)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class _Closeable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closeable)
+
+
+class ClientPool(Generic[C]):
     """Owns the pooled client of one runtime instance.
 
     A connection pool belongs to the event loop it was opened on, so a client is kept per
@@ -123,11 +358,11 @@ class ClientPool:
 
     __slots__ = ("_clients", "_closed", "_current", "_factory", "_lock")
 
-    def __init__(self, factory: Callable[[], httpx.AsyncClient]) -> None:
+    def __init__(self, factory: Callable[[], C]) -> None:
         self._factory = factory
         # (loop, client) as one tuple: replaced in one store, so threads never see a mix.
-        self._current: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
-        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._current: tuple[asyncio.AbstractEventLoop, C] | None = None
+        self._clients: dict[asyncio.AbstractEventLoop, C] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -135,7 +370,7 @@ class ClientPool:
     def closed(self) -> bool:
         return self._closed
 
-    def get(self) -> httpx.AsyncClient:
+    def get(self) -> C:
         """The client for the running loop (created on first use)."""
         loop = asyncio.get_running_loop()
         current = self._current
@@ -318,19 +553,30 @@ def failure_from_exception(
     Timeouts and network failures are transient; anything else is reported as unknown and
     final, since it is most likely a bug rather than a flaky network.
     """
-    import httpx
-
-    if isinstance(exc, httpx.TimeoutException):
+    transient = _transient_errors()
+    if isinstance(exc, transient[0]):
         reason, retryable = ErrorReason.TIMEOUT, True
-    elif isinstance(exc, (httpx.TransportError, ConnectionError, asyncio.IncompleteReadError)):
+    elif isinstance(exc, transient[1]):
         reason, retryable = ErrorReason.CONNECTION, True
-    elif isinstance(exc, TimeoutError):
-        reason, retryable = ErrorReason.TIMEOUT, True
     else:
         reason, retryable = ErrorReason.UNKNOWN, False
     detail = str(exc) or type(exc).__name__
     message = f"{provider}: {reason.value}: {type(exc).__name__}: {detail[:MAX_ERROR_TEXT]}"
     return TurnFailure(reason.value, redact(message, secrets), retryable)
+
+
+def _transient_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeouts, connection failures) of the HTTP libraries in use; only loaded ones count."""
+    timeouts: list[type[BaseException]] = [TimeoutError]  # aiohttp's timeouts are these
+    network: list[type[BaseException]] = [ConnectionError, asyncio.IncompleteReadError]
+    httpx = sys.modules.get("httpx")
+    if httpx is not None:
+        timeouts.append(httpx.TimeoutException)
+        network.append(httpx.TransportError)
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is not None:
+        network += [aiohttp.ClientConnectionError, aiohttp.ClientPayloadError]
+    return tuple(timeouts), tuple(network)
 
 
 def failed(failure: TurnFailure, **metadata: Any) -> RuntimeResult:
@@ -539,7 +785,7 @@ class HTTPRuntime:
             max_keepalive_connections=min(max_connections, 100),
         )
         self._transport = transport
-        self._pool = ClientPool(self._new_client)
+        self._pool: ClientPool[HTTPClient] = ClientPool(self._new_client)
         self._extra_secrets: set[str] = set()
         self.key_required = not is_local_url(self.base_url)
 
@@ -577,7 +823,7 @@ class HTTPRuntime:
     def _auth_headers(self, key: str | None) -> dict[str, str]:  # pragma: no cover
         raise NotImplementedError
 
-    def _new_client(self) -> httpx.AsyncClient:
+    def _new_client(self) -> HTTPClient:
         headers = {"content-type": "application/json", "accept": "application/json"}
         headers.update(self._auth_headers(self._key()))
         headers.update(self._settings.headers)
@@ -590,7 +836,7 @@ class HTTPRuntime:
             max_keepalive_connections=self._settings.max_keepalive_connections,
             keepalive_expiry_s=self._settings.keepalive_expiry_s,
         )
-        return build_client(settings, self._transport)
+        return make_client(settings, self._transport)
 
     def _turn_headers(self, options: Mapping[str, Any]) -> dict[str, str] | None:
         """Per-request auth headers when a turn brings its own ``api_key``."""
@@ -633,35 +879,31 @@ class HTTPRuntime:
         headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any] | TurnFailure:
         """POST a JSON body; the decoded JSON reply, or a classified failure."""
-        import httpx
-
-        timeout = request_timeout(self._settings, budget_s) or httpx.USE_CLIENT_DEFAULT
+        timeout = request_timeout(self._settings, budget_s)
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         try:
-            response = await self._pool.get().post(
-                path, content=content, headers=headers, timeout=timeout
-            )
+            async with self._pool.get().post(path, content, headers, timeout) as response:
+                raw = await response.read()
         except Exception as exc:
             return failure_from_exception(exc, provider=self.provider, secrets=self._secrets())
-        if response.status_code >= 400:
+        if response.status >= 400:
             return failure_from_status(
-                response.status_code,
+                response.status,
                 response.headers,
-                response.content,
+                raw,
                 provider=self.provider,
                 secrets=self._secrets(),
             )
         try:
-            data = json.loads(response.content)
+            data = json.loads(raw)
         except ValueError:
             data = None
         if not isinstance(data, dict):
             return TurnFailure(
                 ErrorReason.SERVER_ERROR.value,
-                f"{self.provider}: HTTP {response.status_code} with a body that is not a "
-                "JSON object",
+                f"{self.provider}: HTTP {response.status} with a body that is not a JSON object",
                 True,
-                http_status=response.status_code,
+                http_status=response.status,
             )
         return data
 
@@ -674,25 +916,20 @@ class HTTPRuntime:
         headers: Mapping[str, str] | None = None,
     ) -> RuntimeResult | TurnFailure:
         """POST a streaming request and feed its events to ``assembler`` until it is done."""
-        import httpx
-
-        timeout = request_timeout(self._settings, budget_s) or httpx.USE_CLIENT_DEFAULT
+        timeout = request_timeout(self._settings, budget_s)
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        client = self._pool.get()
         try:
-            async with client.stream(
-                "POST", path, content=content, headers=headers, timeout=timeout
-            ) as response:
-                if response.status_code >= 400:
-                    raw = await response.aread()
+            async with self._pool.get().post(path, content, headers, timeout) as response:
+                if response.status >= 400:
+                    raw = await response.read()
                     return failure_from_status(
-                        response.status_code,
+                        response.status,
                         response.headers,
                         raw,
                         provider=self.provider,
                         secrets=self._secrets(),
                     )
-                async for event in iter_sse(response.aiter_lines()):
+                async for event in iter_sse(response.lines()):
                     assembler.feed(event)
                     if assembler.failure is not None:
                         return assembler.failure

@@ -51,6 +51,7 @@ _BUILTINS_UNINSTALLED = {
     "test": "openprogram_yaml.providers.test:TestRuntime",
     "openai": "openprogram_yaml.providers.openai:OpenAIRuntime",
     "anthropic": "openprogram_yaml.providers.anthropic:AnthropicRuntime",
+    "replay": "openprogram_yaml.providers.replay:ReplayRuntime",
 }
 
 

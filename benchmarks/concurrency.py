@@ -1,0 +1,113 @@
+"""Concurrency: 1,000 concurrent runs through ``Runtime`` (``async_exec``, the core that
+``exec`` wraps) against the loopback server with 100 ms latency, beside bare aiohttp doing
+the same 1,000 requests in the same run. Both sides may open up to 1,000 connections.
+
+Goals: wall time within 1.3x of bare aiohttp's; every run succeeding; memory per in-flight
+run under 100 KB (Python heap, traced in a separate pass so tracing does not skew the time).
+
+    python benchmarks/concurrency.py [--runs 1000] [--rounds 5] [--httpx]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import tracemalloc
+
+import aiohttp
+from _common import chat_server, median, report
+
+from openprogram_yaml.providers.openai import OpenAIRuntime
+from openprogram_yaml.runtime.runtime import Runtime
+
+BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]})
+HEADERS = {"content-type": "application/json"}
+
+
+async def bare_aiohttp(url: str, runs: int) -> tuple[float, int]:
+    connector = aiohttp.TCPConnector(limit=runs)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def one() -> bool:
+            async with session.post(f"{url}/chat/completions", data=BODY, headers=HEADERS) as r:
+                data = json.loads(await r.read())
+            return bool(data["choices"][0]["message"]["content"] == "pong")
+
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one() for _ in range(runs)), return_exceptions=True)
+        return time.perf_counter() - start, sum(r is True for r in results)
+
+
+async def through_runtime(url: str, runs: int, transport: object = None) -> tuple[float, int]:
+    provider = OpenAIRuntime(base_url=url, max_connections=runs, transport=transport)  # type: ignore[arg-type]
+    runtime = Runtime(model="openai:bench", runtimes=provider)
+
+    async def one() -> bool:
+        return bool(await runtime.async_exec("ping", timeout_s=120) == "pong")
+
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one() for _ in range(runs)), return_exceptions=True)
+    elapsed = time.perf_counter() - start
+    await provider.aclose()
+    return elapsed, sum(r is True for r in results)
+
+
+async def traced_peak(url: str, runs: int) -> float:
+    """Bytes of Python heap per in-flight run at the peak of a concurrent batch."""
+    await through_runtime(url, 10)  # imports and first-use caches are not per run
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    await through_runtime(url, runs)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return (peak - base) / runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--httpx", action="store_true", help="also time httpx's default transport (slow)"
+    )
+    args = parser.parse_args()
+    n = args.runs
+    bare: list[float] = []
+    ours: list[float] = []
+    ratios: list[float] = []
+    failures = 0
+    with chat_server(latency_ms=100) as url:
+        asyncio.run(through_runtime(url, 10))  # warm imports
+        for _ in range(args.rounds):
+            t_bare, ok_bare = asyncio.run(bare_aiohttp(url, n))
+            t_ours, ok_ours = asyncio.run(through_runtime(url, n))
+            bare.append(t_bare)
+            ours.append(t_ours)
+            ratios.append(t_ours / t_bare)
+            failures += (n - ok_bare) + (n - ok_ours)
+        per_run = asyncio.run(traced_peak(url, n))
+        httpx_s = None
+        if args.httpx:
+            import httpx
+
+            try:
+                httpx_s, _ = asyncio.run(
+                    asyncio.wait_for(through_runtime(url, n, httpx.AsyncHTTPTransport()), 120)
+                )
+            except TimeoutError:
+                httpx_s = float("inf")
+    print(f"concurrency: {n} concurrent runs at 100 ms latency, median of {args.rounds} rounds")
+    report("bare aiohttp wall time", f"{median(bare):.3f} s", "(baseline)", True)
+    report("Runtime.async_exec wall time", f"{median(ours):.3f} s", "", True)
+    ratio = median(ratios)
+    report("Runtime / bare aiohttp", f"{ratio:.2f}x", "<= 1.3x", ratio <= 1.3)
+    report("failed runs (all rounds, both sides)", str(failures), "0", failures == 0)
+    report("Python heap per in-flight run", f"{per_run / 1024:.1f} KB", "< 100 KB", per_run < 100e3)
+    if httpx_s is not None:
+        report("Runtime over httpx default transport", f"{httpx_s:.2f} s", "(for comparison)", True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Run every benchmark, one after another, each printing its figures beside its goal.
+
+    python benchmarks/run_all.py [--quick]
+
+``--quick`` uses fewer rounds (a smoke test); the figures in README.md come from the
+default settings. Everything runs on 127.0.0.1; each script starts its own servers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+SCRIPTS = {
+    "startup.py": ["--runs", "5"],
+    "per_call.py": ["--rounds", "2"],
+    "concurrency.py": ["--rounds", "2"],
+    "compile.py": ["--runs", "1", "--edits", "3"],
+    "reload.py": ["--saves", "10"],
+}
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv[1:]
+    failed = []
+    for name, quick_args in SCRIPTS.items():
+        path = HERE / name
+        if not path.exists():
+            print(f"== {name}: not present, skipped", flush=True)
+            continue
+        print(f"== {name}", flush=True)
+        argv = [sys.executable, str(path), *(quick_args if quick else [])]
+        if subprocess.run(argv, cwd=HERE.parent, check=False).returncode != 0:
+            failed.append(name)
+    if failed:
+        print(f"scripts that failed to run: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
