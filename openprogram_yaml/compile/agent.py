@@ -6,6 +6,9 @@ Problems are collected, not raised, so that one run reports every problem of eve
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -186,6 +189,7 @@ def _compile_method(
         return None
     if not check_tool_selection(col, doc, name, method, {**ctx.toolsets, **spec.toolsets}):
         return None
+    options = _merge_options(spec.defaults, method)
     return Method(
         agent=spec.name,
         name=name,
@@ -196,14 +200,47 @@ def _compile_method(
         prompt=prompt,
         instructions=instructions,
         response_format=response_format,
-        options=_merge_options(spec.defaults, method),
+        options=options,
         variables=dict(spec.vars),
         toolset=method.toolset,
         tools_allow=tuple(method.tools_allow) if method.tools_allow is not None else None,
         tools_deny=tuple(method.tools_deny) if method.tools_deny else None,
         choices=choices or None,
         linked=linked,
+        prompt_version=_prompt_version(
+            (prompt, instructions), response_format, choices, options, spec.vars
+        ),
     )
+
+
+def _prompt_version(
+    templates: Iterable[CompiledTemplate | None],
+    response_format: Any,
+    choices: Any,
+    options: ExecOptions,
+    variables: Mapping[str, Any],
+) -> str:
+    """A short hash of what shapes a method's requests, stable across runs and machines."""
+    digest = hashlib.sha256()
+    for template in templates:
+        if template is None:
+            digest.update(b"-\0")
+            continue
+        digest.update(template.source.encode() + b"\0")
+        for path in sorted(template.files):
+            try:
+                digest.update(path.read_bytes() + b"\0")
+            except OSError:
+                digest.update(b"?\0")
+    rest = [response_format, [dataclasses.asdict(c) for c in choices], options, variables]
+    digest.update(json.dumps(rest, sort_keys=True, default=_plain).encode())
+    return digest.hexdigest()[:12]
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return repr(value)
 
 
 def _choices(

@@ -41,3 +41,6 @@ class ProjectContext:
     providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
     rules: tuple[RuntimeRule, ...] = ()
     secrets: frozenset[str] = frozenset()
+    #: Test files of the repository (``tests:`` globs), and where recordings are kept.
+    test_files: tuple[Path, ...] = ()
+    recordings: Path | None = None

@@ -5,18 +5,20 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import difflib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DecisionError, InputValidationError, ToolError, UsageError
+from ..runtime.context import current_method
 from ..runtime.validation import SchemaValidator
 
 if TYPE_CHECKING:
     from ..runtime import Runtime, ToolsetPreset
     from ..runtimes.select import ProviderConfig, RuntimeSelector
     from .templates import CompiledTemplate
+    from .tests import CompiledTest
 
 __all__ = [
     "Agent",
@@ -124,6 +126,9 @@ class Method:
     choices: tuple[ChoiceOption, ...] | None = None
     #: Methods this one's choices continue with, by name (filled when the agent is linked).
     linked: Mapping[str, Method] = field(default_factory=dict)
+    #: A hash of everything that shapes what this method sends: templates (with the files
+    #: they include), response format, choices and options. Runs and traces name it.
+    prompt_version: str = ""
 
     def prepare_inputs(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The inputs with defaults applied, checked against the declared schema.
@@ -180,8 +185,29 @@ class Method:
         if state is None:
             state = RunState(self.options.max_steps or DEFAULT_MAX_STEPS)
         step = state.enter(self.agent, self.name)
+        step["prompt_version"] = self.prompt_version
         given = dict(inputs)
         values = self.prepare_inputs(inputs)
+        token = current_method.set(f"{self.agent}.{self.name}")
+        try:
+            if runtime.trace is None:
+                return await self._call(runtime, given, values, model, state, step)
+            with runtime.trace.span("method", f"{self.agent}.{self.name}", values) as node:
+                node.data["prompt_version"] = self.prompt_version
+                node.output = await self._call(runtime, given, values, model, state, step)
+                return node.output
+        finally:
+            current_method.reset(token)
+
+    async def _call(
+        self,
+        runtime: Runtime,
+        given: Mapping[str, Any],
+        values: Mapping[str, Any],
+        model: str | None,
+        state: RunState,
+        step: dict[str, Any],
+    ) -> Any:
         content = self.render(values)
         opts = self.options
         kwargs: dict[str, Any] = {}
@@ -324,14 +350,20 @@ class Agent:
         )
 
     @contextlib.asynccontextmanager
-    async def open_runtime(self, **kwargs: Any) -> AsyncIterator[Runtime]:
+    async def open_runtime(
+        self, *, wrap_selector: Callable[[RuntimeSelector], Any] | None = None, **kwargs: Any
+    ) -> AsyncIterator[Runtime]:
         """A ``Runtime`` set up from this agent's model, retry policy and runtime rules.
 
+        ``wrap_selector`` may put something between the runtime and the selector (recording
+        every turn, or replaying recorded ones); what it returns is closed on exit.
         Closes the runtime and every provider client it opened on exit.
         """
         from ..runtime import Runtime
 
-        selector = self.make_selector()
+        selector: Any = self.make_selector()
+        if wrap_selector is not None:
+            selector = wrap_selector(selector)
         runtime = Runtime(
             model=self.model or "default",
             max_retries=self.retry.max_retries,
@@ -403,6 +435,10 @@ class Program:
     files: frozenset[Path]
     #: A content hash of every source file: which version of the prompts a run used.
     version: str
+    #: Tests kept with the prompts (in agent files and the repository's test files).
+    tests: tuple[CompiledTest, ...] = ()
+    #: Where recorded model replies are kept, when the project says.
+    recordings: Path | None = None
 
     def select(
         self, method: str | None, *, agent: str | None = None, path: Path | None = None

@@ -14,13 +14,14 @@ from pathlib import Path
 
 from ..errors import ConfigError, Diagnostic
 from ..spec.diagnostics import did_you_mean
-from ..spec.loader import PartialDocument, load_agent_file, load_document
-from ..spec.models import ProjectSpec
+from ..spec.loader import AgentDocument, PartialDocument, load_agent_file, load_document
+from ..spec.models import ProjectSpec, TestFileSpec
 from ..spec.yamlread import SourceMap
 from .agent import PendingMethodTools, check_valid_parts, compile_agent
 from .context import Collector, ProjectContext
 from .paths import PROJECT_FILE, display_path, find_project_root, resolve_inside
 from .program import Agent, Program, RuntimeRule
+from .tests import CompiledTest, compile_tests
 
 __all__ = ["compile_agent_files", "compile_path", "load_project"]
 
@@ -61,6 +62,19 @@ def load_project(
         for match in matched:
             if match.name != PROJECT_FILE and match not in agents:
                 agents.append(match)
+    test_files: list[Path] = []
+    for i, pattern in enumerate(spec.tests):
+        matched = sorted(p.resolve() for p in root.glob(pattern) if p.is_file())
+        if not matched:
+            col.at(source, ("tests", i), f"'{pattern}' matches no file under {root}")
+        test_files.extend(m for m in matched if m not in test_files)
+    recordings = None
+    if spec.recordings is not None:
+        target, problem = resolve_inside(path, spec.recordings, root)
+        if target is None:
+            col.at(source, ("recordings",), str(problem))
+        else:
+            recordings = target
     providers = {
         name: ProviderConfig(
             name=name,
@@ -81,6 +95,8 @@ def load_project(
         providers=providers,
         rules=tuple(RuntimeRule(r.match, r.runtime, dict(r.options)) for r in spec.runtimes),
         secrets=frozenset(secrets),
+        test_files=tuple(test_files),
+        recordings=recordings,
     )
     _check_shared_toolsets(spec, source, col)
     return ctx, agents
@@ -161,6 +177,7 @@ def compile_agent_files(
         find_project_root(resolved[0]) if resolved else Path.cwd().resolve()
     )
     agents: dict[str, Agent] = {}
+    docs: dict[str, AgentDocument] = {}
     for path in resolved:
         col.files.add(path)
         try:
@@ -187,7 +204,15 @@ def compile_agent_files(
             )
             continue
         agents[agent.name] = agent
+        docs[agent.name] = doc
     _link_method_tools(agents, col)
+    tests: list[CompiledTest] = []
+    for name, doc in docs.items():
+        tests += compile_tests(
+            doc.spec.tests, agents[name], doc.source, ("tests",), doc.path, ctx, col
+        )
+    for test_file in ctx.test_files:
+        tests += _compile_test_file(test_file, agents, ctx, col, environ)
     if col.diagnostics:
         raise ConfigError(col.diagnostics)
     return Program(
@@ -195,7 +220,35 @@ def compile_agent_files(
         agents=agents,
         files=frozenset(col.files),
         version=_version(col.files, ctx.root),
+        tests=tuple(tests),
+        recordings=ctx.recordings,
     )
+
+
+def _compile_test_file(
+    path: Path,
+    agents: Mapping[str, Agent],
+    ctx: ProjectContext,
+    col: Collector,
+    environ: Mapping[str, str] | None,
+) -> list[CompiledTest]:
+    col.files.add(path)
+    try:
+        spec, source, _, _ = load_document(
+            path, TestFileSpec, display=str(display_path(path)), environ=environ
+        )
+    except ConfigError as exc:
+        col.diagnostics.extend(exc.diagnostics)
+        return []
+    agent = agents.get(spec.agent)
+    if agent is None:
+        col.at(
+            source,
+            ("agent",),
+            f"no agent '{spec.agent}' in this project{did_you_mean(spec.agent, sorted(agents))}",
+        )
+        return []
+    return compile_tests(spec.tests, agent, source, ("tests",), path, ctx, col)
 
 
 def compile_path(path: Path, *, environ: Mapping[str, str] | None = None) -> Program:

@@ -15,13 +15,13 @@ from typing import Any, NoReturn, TextIO
 
 __all__ = ["main"]
 
-SUBCOMMANDS = ("check", "runtimes", "schema", "serve")
+SUBCOMMANDS = ("check", "lock", "render", "runtimes", "schema", "serve", "test")
 
 _DESCRIPTION = """\
 Run a method of a YAML agent:
   openprogram-run PATH [METHOD] [-i NAME=VALUE]... [--input-json JSON|@FILE]
                   [--model PROVIDER:MODEL] [--json] [--trace FILE]
-                  [--records FILE] [--watch]
+                  [--records FILE] [--record DIR | --replay DIR] [--watch]
   PATH is an agent file or a project folder (with openprogram.yaml); in a project,
   METHOD may be AGENT.METHOD. --watch re-runs with the same inputs whenever a file
   of the agent changes.
@@ -30,8 +30,13 @@ Other commands:
   openprogram-run serve PATH [--port N] [--records FILE]
                                    serve runs over HTTP on 127.0.0.1, reloading on change
   openprogram-run check PATH...    validate, report every problem, run nothing
+  openprogram-run test PATH        run the tests kept with the prompts (offline by default)
+  openprogram-run render PATH [METHOD] [-i NAME=VALUE]...
+                                   print what the method would send; call no model
+  openprogram-run lock PATH [--check]
+                                   write (or check) openprogram.lock, the prompt versions
   openprogram-run runtimes         list registered runtimes, built-in or plugin
-  openprogram-run schema [project] print the JSON Schema of agent (or project) files
+  openprogram-run schema [KIND]    print the JSON Schema of agent, project or tests files
 
 Exit status: 0 success, 1 the run failed, 2 usage or config error.
 """
@@ -70,6 +75,10 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--records", metavar="FILE", type=Path, help="append each run's record (JSON Lines)"
     )
+    p.add_argument(
+        "--record", metavar="DIR", type=Path, help="store every model request and reply in DIR"
+    )
+    p.add_argument("--replay", metavar="DIR", type=Path, help="answer from the recordings in DIR")
     return p
 
 
@@ -176,11 +185,22 @@ def _cmd_run(argv: Sequence[str]) -> int:
         from ..runtime.trace import SessionTrace
 
         trace = SessionTrace()
+    if args.record is not None and args.replay is not None:
+        _emit(sys.stderr, "error: --record and --replay do not go together")
+        return 2
+    wrap = _selector_wrapper(args.record, args.replay, agent.secrets)
     status = _Status(f"{agent.name}.{method.name}")
     try:
         record = asyncio.run(
             execute_run(
-                program, stamp, agent.name, method.name, inputs, model=args.model, trace=trace
+                program,
+                stamp,
+                agent.name,
+                method.name,
+                inputs,
+                model=args.model,
+                trace=trace,
+                wrap_selector=wrap,
             )
         )
     finally:
@@ -277,6 +297,189 @@ class _Status:
             self.active = False
 
 
+def _selector_wrapper(
+    record_dir: Path | None, replay_dir: Path | None, secrets: frozenset[str]
+) -> Any:
+    """What ``--record`` / ``--replay`` put between a run and its runtimes, if anything."""
+    if replay_dir is not None:
+        from ..providers.replay import ReplaySelector
+
+        return lambda _inner: ReplaySelector(replay_dir)
+    if record_dir is not None:
+        from ..providers.replay import RecordingSelector
+
+        return lambda inner: RecordingSelector(inner, record_dir, secrets=secrets)
+    return None
+
+
+def _cmd_render(argv: Sequence[str]) -> int:
+    p = _run_parser()
+    p.prog = "openprogram-run render"
+    p.description = "Print the messages, tools and response format a method would send."
+    args = p.parse_args(argv)
+    import asyncio
+
+    from ..compile.project import compile_path
+    from ..errors import ConfigError, UsageError
+    from .records import VersionStamp, execute_run
+    from .render import CaptureSelector, format_request
+
+    try:
+        program = compile_path(Path(args.path))
+    except ConfigError as exc:
+        return _print_config_error(exc)
+    try:
+        agent, method_name = program.select(args.method, agent=args.agent, path=Path(args.path))
+        method = agent.method(method_name or _only_method_name(agent))
+        inputs = _parse_inputs(args, method)
+        method.prepare_inputs(inputs)
+    except UsageError as exc:
+        _emit(sys.stderr, f"error: {exc}", agent.secrets if "agent" in locals() else frozenset())
+        return 2
+    selectors: list[CaptureSelector] = []
+
+    def capture(inner: Any) -> CaptureSelector:
+        selectors.append(CaptureSelector(inner))
+        return selectors[-1]
+
+    record = asyncio.run(
+        execute_run(
+            program,
+            VersionStamp(program.version),
+            agent.name,
+            method.name,
+            inputs,
+            model=args.model,
+            wrap_selector=capture,
+        )
+    )
+    captured = [c for s in selectors for c in s.captured]
+    if not captured:
+        error = record.error or {}
+        _emit(sys.stderr, f"error: nothing to render: {error.get('message', 'no request')}")
+        return record.exit_code or 1
+    data = captured[0].to_dict()
+    text = json.dumps(data, indent=2, ensure_ascii=False) if args.json else format_request(data)
+    _emit(sys.stdout, text, agent.secrets)
+    return 0
+
+
+def _cmd_lock(argv: Sequence[str]) -> int:
+    p = _Parser(
+        prog="openprogram-run lock",
+        description="Write openprogram.lock (each method's prompt version), or check it.",
+    )
+    p.add_argument("path", metavar="PATH", help="a project folder or an agent file")
+    p.add_argument("--check", action="store_true", help="exit 1 when prompts differ from it")
+    args = p.parse_args(argv)
+    from ..compile.project import compile_path
+    from ..errors import ConfigError
+    from .lock import check_lock, write_lock
+
+    try:
+        program = compile_path(Path(args.path))
+    except ConfigError as exc:
+        return _print_config_error(exc)
+    if args.check:
+        problems = check_lock(program)
+        for problem in problems:
+            _emit(sys.stderr, problem)
+        if problems:
+            _emit(
+                sys.stderr,
+                "prompts differ from openprogram.lock: re-record their tests, then run "
+                "`openprogram-run lock` and commit both",
+            )
+            return 1
+        _emit(sys.stdout, "openprogram.lock is up to date")
+        return 0
+    target = write_lock(program)
+    count = sum(len(a.methods) for a in program.agents.values())
+    _emit(sys.stdout, f"wrote {target} ({count} methods)")
+    return 0
+
+
+def _only_method_name(agent: Any) -> str:
+    from ..errors import UsageError
+
+    if len(agent.methods) == 1:
+        return str(next(iter(agent.methods)))
+    raise UsageError(f"name a method of agent '{agent.name}': {', '.join(sorted(agent.methods))}")
+
+
+def _cmd_test(argv: Sequence[str]) -> int:
+    p = _Parser(
+        prog="openprogram-run test",
+        description=(
+            "Run the tests kept with the prompts. Offline by default: recorded replies are "
+            "replayed when the project keeps recordings, else the offline `test` model answers."
+        ),
+    )
+    p.add_argument("path", metavar="PATH", help="an agent file or a project folder")
+    p.add_argument("-k", metavar="TEXT", dest="keyword", help="only tests whose name has TEXT")
+    p.add_argument("--model", metavar="PROVIDER:MODEL", help="run every test on this model")
+    p.add_argument("--live", action="store_true", help="use the models the agents name")
+    p.add_argument("--record", metavar="DIR", type=Path, help="live, and record every reply")
+    p.add_argument("--replay", metavar="DIR", type=Path, help="answer from recordings in DIR")
+    args = p.parse_args(argv)
+    import asyncio
+
+    from ..compile.project import compile_path
+    from ..errors import ConfigError
+    from .testing import run_tests
+
+    try:
+        program = compile_path(Path(args.path))
+    except ConfigError as exc:
+        return _print_config_error(exc)
+    tests = [t for t in program.tests if not args.keyword or args.keyword in t.id]
+    if not tests:
+        what = f" matching {args.keyword!r}" if args.keyword else ""
+        _emit(sys.stderr, f"no tests{what} in {args.path}; add 'tests:' to an agent file")
+        _emit(sys.stdout, "0 passed, 0 failed")
+        return 1 if args.keyword else 0
+    if args.record and args.replay:
+        _emit(sys.stderr, "error: --record and --replay do not go together")
+        return 2
+    replay = args.replay
+    model: str | None = args.model
+    live = args.live or args.record is not None
+    if replay is None and model is None and not live:
+        if program.recordings is not None and program.recordings.is_dir():
+            replay = program.recordings
+        else:
+            model = "test"
+    secrets = frozenset().union(*(a.secrets for a in program.agents.values()))
+    wrap = _selector_wrapper(args.record, replay, secrets)
+    outcomes = asyncio.run(
+        run_tests(
+            program,
+            tests,
+            model=model,
+            wrap_selector=wrap,
+            stream=_RedactingStream(sys.stdout, secrets),
+            progress=sys.stderr if sys.stderr.isatty() else None,
+        )
+    )
+    return 0 if all(o.passed for o in outcomes) else 1
+
+
+class _RedactingStream:
+    """A text stream that never lets a secret through."""
+
+    def __init__(self, inner: TextIO, secrets: frozenset[str]) -> None:
+        self.inner = inner
+        self.secrets = secrets
+
+    def write(self, text: str) -> int:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return self.inner.write(text)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+
 def _cmd_check(argv: Sequence[str]) -> int:
     p = _Parser(prog="openprogram-run check", description="Validate agent files; run nothing.")
     p.add_argument("paths", metavar="PATH", nargs="+")
@@ -309,9 +512,9 @@ def _cmd_schema(argv: Sequence[str]) -> int:
     p.add_argument(
         "kind",
         nargs="?",
-        choices=("agent", "project"),
+        choices=("agent", "project", "tests"),
         default="agent",
-        help="agent files (default) or the project file openprogram.yaml",
+        help="agent files (default), the project file openprogram.yaml, or test files",
     )
     args = p.parse_args(argv)
     from ..spec.schema import json_schema
@@ -343,7 +546,7 @@ def _cmd_runtimes(argv: Sequence[str]) -> int:
     width = max((len(e.runtime_id) for e in entries), default=2)
     for e in entries:
         origin = e.metadata.get("origin") or ("built-in" if e.is_builtin else "registered")
-        desc = f"  {e.description}" if e.description else ""
+        desc = f"  {e.description.replace('``', '')}" if e.description else ""
         _emit(sys.stdout, f"{e.runtime_id:<{width}}  [{origin}]{desc}")
     return 0
 
@@ -366,6 +569,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "runtimes": _cmd_runtimes,
                 "schema": _cmd_schema,
                 "serve": _cmd_serve,
+                "test": _cmd_test,
+                "render": _cmd_render,
+                "lock": _cmd_lock,
             }
             return command[args[0]](args[1:])
         if not args:

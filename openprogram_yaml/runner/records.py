@@ -258,6 +258,7 @@ async def execute_run(
     *,
     model: str | None = None,
     trace: SessionTrace | None = None,
+    wrap_selector: Callable[[Any], Any] | None = None,
 ) -> RunRecord:
     """Run one method of ``program`` and describe the outcome; never raises for a failed run.
 
@@ -284,12 +285,25 @@ async def execute_run(
                 f"no model for agent '{agent.name}': set 'model:' in {agent.path.name} "
                 "or pass a model"
             )
-        extra = {"trace": trace} if trace is not None else {}
         state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS)
         record.path = state.path
-        async with agent.open_runtime(**extra) as runtime:
-            record.output = await method.run(runtime, inputs, model=record.model, state=state)
-            record.usage = runtime.last_usage
+        async with agent.open_runtime(trace=trace, wrap_selector=wrap_selector) as runtime:
+            try:
+                if trace is None:
+                    record.output = await method.run(
+                        runtime, inputs, model=record.model, state=state
+                    )
+                else:
+                    # The trace's root names the version of the prompts the run used.
+                    with trace.span("run", f"{agent.name}.{method.name}", dict(inputs)) as node:
+                        node.data["version"] = stamp.to_dict()
+                        node.data["model"] = record.model
+                        record.output = await method.run(
+                            runtime, inputs, model=record.model, state=state
+                        )
+                        node.output = record.output
+            finally:
+                record.usage = runtime.total_usage.to_dict()
     except asyncio.CancelledError:
         record.status = "interrupted"
         record.error = {"type": "Interrupted", "message": "the runner stopped before the run ended"}

@@ -159,6 +159,7 @@ class ExecRun:
         finally:
             total = self.usage or Usage()
             self.owner.last_usage = total.to_dict()
+            self.owner.total_usage = self.owner.total_usage + total
             if self.node is not None:
                 self._record()
 

@@ -46,7 +46,7 @@ from openprogram_yaml.runtime.toolsets import (
     offer_tools,
 )
 from openprogram_yaml.runtime.trace import SessionTrace
-from openprogram_yaml.runtimes.protocol import AgentRuntimeProtocol, Capabilities
+from openprogram_yaml.runtimes.protocol import AgentRuntimeProtocol, Capabilities, Usage
 
 __all__ = ["Runtime"]
 
@@ -100,6 +100,8 @@ class Runtime:
         self.session_id = "op-" + secrets.token_hex(8)
         self.on_stream = on_stream
         self.last_usage: dict[str, int] | None = None
+        #: Usage summed over every exec of this Runtime (nested execs included).
+        self.total_usage = Usage()
         self.trace = trace
         self.clock: Callable[[], float] = clock or time.monotonic
         self.sleep: Callable[[float], Awaitable[Any]] = sleep or asyncio.sleep

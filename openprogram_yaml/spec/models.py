@@ -17,12 +17,15 @@ __all__ = [
     "ChoiceSpec",
     "DefaultsSpec",
     "ExecOptionsSpec",
+    "ExpectSpec",
     "HttpToolSpec",
     "MethodSpec",
     "ProjectSpec",
     "ProviderSpec",
     "RetrySpec",
     "RuntimeRuleSpec",
+    "TestCaseSpec",
+    "TestFileSpec",
     "ToolsetSpec",
 ]
 
@@ -233,6 +236,83 @@ class RuntimeRuleSpec(_Spec):
     """Options for the runtime, e.g. base_url, api_key_env, headers, timeout_s."""
 
 
+class ExpectSpec(_Spec):
+    """What a test expects of a run. Every expectation given must hold."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True
+    )
+
+    equals: Any = None
+    """The output equals this value (text, or a JSON value for structured output)."""
+
+    contains: str | list[str] | None = None
+    """The output (as text) contains this, or each of these."""
+
+    not_contains: str | list[str] | None = None
+    """The output (as text) contains none of these."""
+
+    regex: str | None = None
+    """The output (as text) matches this regular expression (re.search)."""
+
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    """The output is valid against this JSON Schema (inline or {$ref: file})."""
+
+    json_path: dict[str, Any] | None = None
+    """Values at JSON paths of the output, e.g. {"$.category": billing, "$.items[0].id": 7}."""
+
+    choice: str | None = None
+    """The option the test's method picked (its `choices`)."""
+
+    methods: list[str] | None = None
+    """The methods the run passed through, in order, e.g. [assess, investigate, answer]."""
+
+    tools_called: list[str] | None = None
+    """Tools that must have been called (each at least once)."""
+
+    tools_not_called: list[str] | None = None
+    """Tools that must not have been called."""
+
+    error: str | None = None
+    """The run fails, and its error message contains this text."""
+
+
+class TestCaseSpec(_Spec):
+    """One test of an agent: a method, its inputs, and what the run must show."""
+
+    __test__ = False  # not a pytest test class
+
+    name: str
+    """What the test checks, in a few words."""
+
+    method: str
+    """The method to run."""
+
+    inputs: dict[str, Any] = Field(default_factory=dict)
+    """The method's inputs."""
+
+    model: str | None = None
+    """Run on this model (default: the offline mode of `openprogram-run test`)."""
+
+    expect: ExpectSpec = Field(default_factory=ExpectSpec)
+    """What the run must show."""
+
+
+class TestFileSpec(_Spec):
+    """A file of tests for one agent of the repository."""
+
+    __test__ = False
+
+    version: Literal[1]
+    """The format version. Always 1."""
+
+    agent: str
+    """The agent these tests run."""
+
+    tests: list[TestCaseSpec]
+    """The test cases."""
+
+
 class MethodSpec(ExecOptionsSpec):
     """One thing the agent can do: a prompt, its inputs and the shape of its answer."""
 
@@ -333,6 +413,9 @@ class AgentSpec(_Spec):
     runtimes: list[RuntimeRuleSpec] = Field(default_factory=list)
     """Which runtime serves which model; the first matching rule wins."""
 
+    tests: list[TestCaseSpec] = Field(default_factory=list)
+    """Tests of this agent, run by `openprogram-run test`."""
+
     @field_validator("name")
     @classmethod
     def _agent_name(cls, value: str) -> str:
@@ -397,3 +480,9 @@ class ProjectSpec(_Spec):
 
     runtimes: list[RuntimeRuleSpec] = Field(default_factory=list)
     """Which runtime serves which model, after each agent's own rules; first match wins."""
+
+    tests: list[str] = Field(default_factory=list)
+    """Test files (globs relative to this file), each `version: 1`, `agent:` and `tests:`."""
+
+    recordings: str | None = None
+    """A folder of recorded model replies; `openprogram-run test` replays them offline."""

@@ -89,7 +89,9 @@ def test_tools_run_and_deny_rules_hold_in_the_repository(scripted) -> None:
 
     out = asyncio.run(go())
     assert out == {"decision": "refund", "amount": 12.5, "reason": "double charge"}
-    assert state.path == [
+    [step] = state.path
+    assert len(step.pop("prompt_version")) == 12
+    assert [step] == [
         {
             "agent": "desk",
             "method": "investigate",

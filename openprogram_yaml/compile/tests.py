@@ -1,0 +1,261 @@
+"""Tests kept beside prompts: checked at load time like everything else, run by the runner.
+
+A test names a method, its inputs and expectations on the run. Everything that can be known
+before a model is called is checked here, at its position: the method exists, the inputs
+match its schema, regexes compile, schemas are valid, JSON paths parse, the choice and the
+tools named exist.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..runtime.validation import SchemaValidator
+from ..spec.diagnostics import did_you_mean
+from ..spec.models import ExpectSpec, TestCaseSpec
+from ..spec.positions import Position
+from ..spec.yamlread import Loc, SourceMap
+from .context import Collector, ProjectContext
+from .program import Agent
+from .schemas import bundle_schema
+
+__all__ = ["CompiledTest", "Expectations", "JsonPath", "compile_tests", "parse_json_path"]
+
+_SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[['\"]([^'\"]+)['\"]\]")
+
+JsonPath = tuple[str | int, ...]
+
+
+def parse_json_path(text: str) -> JsonPath | None:
+    """``$.a.b[0]['c d']`` as ("a", "b", 0, "c d"); None when it does not parse."""
+    if not text.startswith("$"):
+        return None
+    out: list[str | int] = []
+    pos = 1
+    while pos < len(text):
+        match = _SEGMENT.match(text, pos)
+        if match is None:
+            return None
+        name, index, quoted = match.groups()
+        out.append(int(index) if index is not None else (name or quoted))
+        pos = match.end()
+    return tuple(out)
+
+
+_MISSING = object()
+
+
+def value_at(value: Any, path: JsonPath) -> Any:
+    """The value at ``path``, or a sentinel (``MISSING``) when there is none."""
+    for part in path:
+        if isinstance(part, int) and isinstance(value, list) and -len(value) <= part < len(value):
+            value = value[part]
+        elif isinstance(part, str) and isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            return _MISSING
+    return value
+
+
+MISSING = _MISSING
+
+
+@dataclass(frozen=True, slots=True)
+class Expectations:
+    """An ``expect:`` block, ready to check."""
+
+    given: frozenset[str]
+    equals: Any = None
+    contains: tuple[str, ...] = ()
+    not_contains: tuple[str, ...] = ()
+    regex: re.Pattern[str] | None = None
+    schema: SchemaValidator | None = None
+    json_path: Mapping[str, tuple[JsonPath, Any]] = field(default_factory=dict)
+    choice: str | None = None
+    methods: tuple[str, ...] | None = None
+    tools_called: tuple[str, ...] = ()
+    tools_not_called: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTest:
+    """One test case, checked and ready to run."""
+
+    agent: str
+    name: str
+    method: str
+    inputs: Mapping[str, Any]
+    model: str | None
+    expect: Expectations
+    where: Position
+
+    @property
+    def id(self) -> str:
+        return f"{self.agent}: {self.name}"
+
+
+def _texts(value: str | list[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _expectations(
+    spec: ExpectSpec,
+    agent: Agent,
+    method_name: str,
+    col: Collector,
+    source: SourceMap,
+    loc: Loc,
+    base_file: Path,
+    ctx: ProjectContext,
+) -> Expectations | None:
+    before = len(col.diagnostics)
+    regex = None
+    if spec.regex is not None:
+        try:
+            regex = re.compile(spec.regex)
+        except re.error as exc:
+            col.at(source, (*loc, "regex"), f"invalid regular expression: {exc}")
+    schema = None
+    if spec.schema_ is not None:
+        bundle = bundle_schema(
+            spec.schema_,
+            base_file=base_file,
+            root=ctx.root,
+            search=ctx.schema_dirs,
+            source=source,
+            loc=(*loc, "schema"),
+        )
+        col.files.update(bundle.files)
+        col.diagnostics.extend(bundle.diagnostics)
+        if not bundle.diagnostics:
+            schema = SchemaValidator(bundle.schema)
+    paths: dict[str, tuple[JsonPath, Any]] = {}
+    for text, expected in (spec.json_path or {}).items():
+        parsed = parse_json_path(text)
+        if parsed is None:
+            col.at(
+                source,
+                (*loc, "json_path", text),
+                f"'{text}' is not a JSON path; write e.g. '$.category' or '$.items[0].id'",
+            )
+        else:
+            paths[text] = (parsed, expected)
+    method = agent.methods.get(method_name)
+    if spec.choice is not None and method is not None:
+        options = [o.name for o in method.choices or ()]
+        if spec.choice not in options:
+            hint = did_you_mean(spec.choice, options) if options else ""
+            what = f"its options: {', '.join(options)}" if options else "it has no choices"
+            col.at(
+                source,
+                (*loc, "choice"),
+                f"method '{method_name}' has no choice '{spec.choice}'{hint} ({what})",
+            )
+    for i, name in enumerate(spec.methods or ()):
+        if name not in agent.methods:
+            col.at(
+                source,
+                (*loc, "methods", i),
+                f"agent '{agent.name}' has no method '{name}'"
+                f"{did_you_mean(name, sorted(agent.methods))}",
+            )
+    tool_names = sorted({*(t.spec.name for t in agent.tools), *agent.method_tools})
+    for key in ("tools_called", "tools_not_called"):
+        for i, name in enumerate(getattr(spec, key) or ()):
+            if name not in tool_names:
+                col.at(
+                    source,
+                    (*loc, key, i),
+                    f"agent '{agent.name}' has no tool '{name}'{did_you_mean(name, tool_names)}",
+                )
+    if len(col.diagnostics) != before:
+        return None
+    given = {("schema" if f == "schema_" else f) for f in spec.model_fields_set}
+    return Expectations(
+        given=frozenset(given),
+        equals=spec.equals,
+        contains=_texts(spec.contains),
+        not_contains=_texts(spec.not_contains),
+        regex=regex,
+        schema=schema,
+        json_path=paths,
+        choice=spec.choice,
+        methods=tuple(spec.methods) if spec.methods is not None else None,
+        tools_called=tuple(spec.tools_called or ()),
+        tools_not_called=tuple(spec.tools_not_called or ()),
+        error=spec.error,
+    )
+
+
+def compile_tests(
+    cases: Sequence[TestCaseSpec],
+    agent: Agent,
+    source: SourceMap,
+    loc: Loc,
+    base_file: Path,
+    ctx: ProjectContext,
+    col: Collector,
+) -> list[CompiledTest]:
+    """The test cases at ``loc`` of ``source`` (a list), checked against ``agent``."""
+    out: list[CompiledTest] = []
+    names: dict[str, int] = {}
+    for i, case in enumerate(cases):
+        case_loc: Loc = (*loc, i)
+        before = len(col.diagnostics)
+        if case.name in names:
+            col.at(
+                source,
+                (*case_loc, "name"),
+                f"two tests of agent '{agent.name}' are named '{case.name}' "
+                f"(the other is test {names[case.name] + 1}); names must be unique",
+            )
+        names.setdefault(case.name, i)
+        method = agent.methods.get(case.method)
+        if method is None:
+            col.at(
+                source,
+                (*case_loc, "method"),
+                f"agent '{agent.name}' has no method '{case.method}'"
+                f"{did_you_mean(case.method, sorted(agent.methods))}",
+            )
+        else:
+            unknown = [k for k in case.inputs if k not in method.inputs]
+            for key in unknown:
+                col.at(
+                    source,
+                    (*case_loc, "inputs", key),
+                    f"method '{case.method}' has no input '{key}'"
+                    f"{did_you_mean(key, sorted(method.inputs))}",
+                    key=True,
+                )
+            if not unknown:
+                values = dict(case.inputs)
+                for name, schema in method.inputs.items():
+                    if name not in values and isinstance(schema, dict) and "default" in schema:
+                        values[name] = schema["default"]
+                for issue in method.input_validator.errors(values):
+                    col.at(source, (*case_loc, "inputs"), f"inputs do not match: {issue}")
+        expect = _expectations(
+            case.expect, agent, case.method, col, source, (*case_loc, "expect"), base_file, ctx
+        )
+        if expect is None or len(col.diagnostics) != before:
+            continue
+        out.append(
+            CompiledTest(
+                agent=agent.name,
+                name=case.name,
+                method=case.method,
+                inputs=dict(case.inputs),
+                model=case.model,
+                expect=expect,
+                where=source.at((*case_loc, "name")),
+            )
+        )
+    return out

@@ -1,0 +1,435 @@
+"""Recorded turns: the canonical request, redaction, and the files on disk.
+
+The private half of ``replay``: what a turn asks of the model as plain data and its key,
+the redaction every written string passes through, and reading a folder of recordings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..runtimes.protocol import (
+    Capabilities,
+    Message,
+    RuntimeResult,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from ._http import REDACTED, redact
+
+__all__ = [
+    "FILE_HEADER",
+    "REQUEST_OPTIONS",
+    "UNLABELLED",
+    "Recording",
+    "RecordingStore",
+    "Redactor",
+    "canonical_request",
+    "capabilities_record",
+    "env_secrets",
+    "label_dir",
+    "request_key",
+    "response_record",
+    "secrets_in_options",
+    "selection_secrets",
+    "write_atomically",
+]
+
+#: ``run_turn`` options that shape the answer and so belong to the request. Everything else
+#: (``api_key``, ``session_id``, ``timeout_s``, ``on_delta``, headers …) is left out.
+REQUEST_OPTIONS = (
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "temperature",
+    "max_tokens",
+    "thinking_level",
+    "top_p",
+    "top_k",
+    "stop",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "web_search",
+)
+
+#: The folder of turns made outside any method (``current_label`` unset).
+UNLABELLED = "unlabelled"
+#: 64 bits of sha256: collisions are out of reach for any folder of recordings.
+_KEY_CHARS = 16
+FILE_HEADER = (
+    "# A recorded model turn (openprogram-run --record). Replayed by --replay or the\n"
+    "# 'replay' model when a request matches `request` exactly; re-record after a change.\n"
+)
+
+
+# --- the canonical request ---------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data; unknown objects by ``str`` (never by ``repr``)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value)
+
+
+def _content(content: str | list[dict[str, Any]]) -> Any:
+    if isinstance(content, str):
+        return content
+    blocks: list[Any] = []
+    for block in content:
+        data = block.get("data")
+        if isinstance(data, str):
+            # Media bytes would swamp the file; their hash keeps the request exact.
+            digest = hashlib.sha256(data.encode()).hexdigest()[:_KEY_CHARS]
+            block = {**block, "data": f"sha256:{digest} ({len(data)} chars)"}
+        blocks.append(_plain(block))
+    return blocks
+
+
+def _message(message: Message | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(message, Mapping):
+        return {
+            str(k): _plain(v)
+            for k, v in message.items()
+            if v is not None and v is not False and v != []
+        }
+    out: dict[str, Any] = {"role": message.role, "content": _content(message.content)}
+    if message.tool_calls:
+        out["tool_calls"] = [_tool_call(c) for c in message.tool_calls]
+    if message.tool_call_id is not None:
+        out["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        out["name"] = message.name
+    if message.is_error:
+        out["is_error"] = True
+    return out
+
+
+def _tool_call(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "name": call.name, "arguments": call.arguments}
+
+
+def _tool(tool: ToolSpec | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(tool, Mapping):
+        return {str(k): _plain(v) for k, v in tool.items()}
+    out: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": _plain(tool.parameters),
+    }
+    if tool.strict:
+        out["strict"] = True
+    return out
+
+
+def canonical_request(
+    prompt: str | Sequence[Message],
+    *,
+    system_prompt: str | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a turn asks of the model, as plain data: the part a recording must match.
+
+    Optional fields are left out when unset, so that files stay short and an option added
+    to this list later does not change the keys of older recordings.
+    """
+    options = options or {}
+    messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
+    request: dict[str, Any] = {}
+    if system_prompt is not None:
+        request["system_prompt"] = system_prompt
+    request["messages"] = [_message(m) for m in messages]
+    tools = options.get("tools")
+    if tools:
+        request["tools"] = [_tool(t) for t in tools]
+    for name in REQUEST_OPTIONS:
+        value = options.get(name)
+        if value is not None:
+            request[name] = _plain(value)
+    return request
+
+
+def request_key(request: Mapping[str, Any]) -> str:
+    """A short sha256 of the request's canonical JSON (sorted keys)."""
+    text = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:_KEY_CHARS]
+
+
+def label_dir(label: str | None) -> str:
+    """The folder name for a label: safe on every file system, never leaving the folder."""
+    if not label:
+        return UNLABELLED
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", label).lstrip(".")
+    return name or UNLABELLED
+
+
+# --- redaction ---------------------------------------------------------------------------
+
+#: Shapes of keys and credentials, replaced wherever they appear. Over-redacting a prompt
+#: is harmless (it is done the same way when recording and replaying); a leaked key is not.
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
+    (
+        re.compile(r"(?i)(\bauthorization[\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]+(\s+[^\s\"',;}]+)?"),
+        r"\1" + REDACTED,
+    ),
+    (
+        re.compile(
+            r"(?i)((?:api[_-]?key|x-api-key|access[_-]?token|auth[_-]?token|client[_-]?secret"
+            r"|secret[_-]?key|password|passwd)[\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]{6,}"
+        ),
+        r"\1" + REDACTED,
+    ),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"), REDACTED),
+    (re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr|github_pat)_[A-Za-z0-9_]{16,}"), REDACTED),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"), REDACTED),
+)
+_SECRET_NAME_PARTS = frozenset(
+    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"}
+)
+#: Shorter values are too likely to occur in ordinary text to be replaced everywhere.
+_MIN_ENV_SECRET = 8
+
+
+def env_secrets(environ: Mapping[str, str] | None = None) -> set[str]:
+    """Values of environment variables whose names look secret (``*_API_KEY``, ``*_TOKEN``…)."""
+    environ = os.environ if environ is None else environ
+    found: set[str] = set()
+    for name, value in environ.items():
+        parts = set(re.split(r"[^A-Z0-9]+", name.upper()))
+        if parts & _SECRET_NAME_PARTS and len(value) >= _MIN_ENV_SECRET:
+            found.add(value)
+    return found
+
+
+def selection_secrets(selector: Any, model_ref: str | None) -> set[str]:
+    """The key, header values and key variable's value a selector would give a runtime."""
+    explain = getattr(selector, "explain", None)
+    if model_ref is None or not callable(explain):
+        return set()
+    try:
+        options = explain(model_ref).options
+    except Exception:  # a selector that cannot explain has no options to leak
+        return set()
+    return secrets_in_options(options)
+
+
+def secrets_in_options(options: Mapping[str, Any]) -> set[str]:
+    """Secret values in runtime options or turn kwargs: keys, header values, key variables."""
+    found: set[str] = set()
+    key = options.get("api_key")
+    if isinstance(key, str):
+        found.add(key)
+    headers = options.get("headers")
+    if isinstance(headers, Mapping):
+        found.update(v for v in headers.values() if isinstance(v, str))
+    key_env = options.get("api_key_env")
+    if isinstance(key_env, str) and os.environ.get(key_env):
+        found.add(os.environ[key_env])
+    return found
+
+
+class Redactor:
+    """Replaces known secret values and common key shapes in text and in nested data."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        # Longest first, so that a secret containing another is replaced whole.
+        values = {s for s in secrets if s and len(s) >= 4 and s != REDACTED}
+        self.secrets: tuple[str, ...] = tuple(sorted(values, key=len, reverse=True))
+
+    def text(self, text: str) -> str:
+        text = redact(text, self.secrets)
+        for pattern, replacement in _PATTERNS:
+            text = pattern.sub(replacement, text)
+        return text
+
+    def data(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {self.data(k): self.data(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.data(v) for v in value]
+        return value
+
+
+# --- recordings on disk ------------------------------------------------------------------
+
+
+def response_record(result: RuntimeResult) -> dict[str, Any]:
+    return {
+        "content": result.content,
+        "tool_calls": [_tool_call(c) for c in result.tool_calls],
+        "thinking": result.thinking,
+        "usage": result.usage.to_dict() if result.usage is not None else None,
+        "finish_reason": result.finish_reason,
+        "refusal": result.refusal,
+    }
+
+
+def capabilities_record(caps: Capabilities) -> dict[str, bool]:
+    return {
+        "tools": caps.tools,
+        "native_json_schema": caps.native_json_schema,
+        "forced_tool_choice": caps.forced_tool_choice,
+        "parallel_tool_calls": caps.parallel_tool_calls,
+        "streaming": caps.streaming,
+    }
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all, so a replay never reads half a recording."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    """One recorded turn as read from ``path``."""
+
+    label: str
+    key: str
+    path: Path
+    request: dict[str, Any]
+    response: dict[str, Any]
+    recorded: dict[str, Any] = field(default_factory=dict)
+
+    def capabilities(self) -> Capabilities | None:
+        caps = self.recorded.get("capabilities")
+        if not isinstance(caps, Mapping):
+            return None
+        known = capabilities_record(Capabilities())
+        return Capabilities(**{k: bool(caps[k]) for k in known if k in caps})
+
+    def result(self, model_ref: str | None) -> RuntimeResult:
+        response = self.response
+        usage = response.get("usage")
+        return RuntimeResult(
+            content=str(response.get("content") or ""),
+            tool_calls=[
+                ToolCall(str(c["id"]), str(c["name"]), str(c.get("arguments", "{}")))
+                for c in response.get("tool_calls") or []
+            ],
+            thinking=str(response.get("thinking") or ""),
+            usage=Usage(
+                int(usage.get("input_tokens", 0)),
+                int(usage.get("output_tokens", 0)),
+                int(usage.get("cache_read", 0)),
+                int(usage.get("cache_create", 0)),
+            )
+            if isinstance(usage, Mapping)
+            else None,
+            finish_reason=response.get("finish_reason"),
+            refusal=response.get("refusal"),
+            metadata={
+                "runtime": "replay",
+                "model": model_ref,
+                "recording": str(self.path),
+                "recorded_model": self.recorded.get("model_ref"),
+            },
+        )
+
+
+class RecordingStore:
+    """The recordings in one folder, by label folder and key; read once, on first use."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.by_label: dict[str, dict[str, Recording]] = {}
+        self._texts: dict[Path, list[str]] = {}
+
+    @classmethod
+    def load(cls, directory: Path) -> RecordingStore:
+        """Every ``*/*.yaml`` under ``directory``; ``ConfigError`` names each broken file."""
+        from ..errors import Diagnostic
+        from ..spec.yamlread import load_yaml_file
+
+        store = cls(directory)
+        if not directory.is_dir():
+            raise ConfigError(
+                Diagnostic(str(directory), 0, 0, "no recordings folder here; record with --record")
+            )
+        problems: list[Diagnostic] = []
+        for path in sorted(directory.glob("*/*.yaml")):
+            try:
+                data = load_yaml_file(path).data
+            except ConfigError as exc:
+                problems.extend(exc.diagnostics)
+                continue
+            if not (
+                isinstance(data, dict)
+                and isinstance(data.get("request"), dict)
+                and isinstance(data.get("response"), dict)
+            ):
+                problems.append(
+                    Diagnostic(str(path), 1, 1, "not a recording: needs 'request' and 'response'")
+                )
+                continue
+            recorded = data.get("recorded")
+            # The key is recomputed from the stored request, so a recording edited by hand
+            # answers the request it now shows.
+            request: dict[str, Any] = data["request"]
+            recording = Recording(
+                label=path.parent.name,
+                key=request_key(request),
+                path=path,
+                request=request,
+                response=data["response"],
+                recorded=recorded if isinstance(recorded, dict) else {},
+            )
+            store.by_label.setdefault(recording.label, {})[recording.key] = recording
+        if problems:
+            raise ConfigError(problems)
+        return store
+
+    def find(self, label: str, key: str) -> Recording | None:
+        found = self.by_label.get(label, {}).get(key)
+        if found is not None:
+            return found
+        # The same request recorded under another label is still the same request.
+        for recordings in self.by_label.values():
+            if key in recordings:
+                return recordings[key]
+        return None
+
+    def lines(self, recording: Recording) -> list[str]:
+        from ..spec.yamlwrite import dump_yaml
+
+        cached = self._texts.get(recording.path)
+        if cached is None:
+            cached = self._texts[recording.path] = dump_yaml(recording.request).splitlines()
+        return cached
+
+    def capabilities(self, label: str) -> Capabilities | None:
+        for recordings in (self.by_label.get(label, {}), *self.by_label.values()):
+            for recording in recordings.values():
+                caps = recording.capabilities()
+                if caps is not None:
+                    return caps
+        return None

@@ -1,0 +1,142 @@
+"""``openprogram-run render``: what a method would send, without calling any model.
+
+The request is caught at the runtime boundary: the real runtime for the model is selected
+(so its capabilities decide structured-output and ``choices`` modes exactly as in a run),
+but its turn is never taken.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..runtimes.protocol import Message, RuntimeResult, ToolSpec, TurnFailure
+
+__all__ = ["CaptureSelector", "CapturedRequest", "format_request"]
+
+_CAPTURED = "request captured by `openprogram-run render`; no model was called"
+
+
+@dataclass(slots=True)
+class CapturedRequest:
+    """The first turn a method would send."""
+
+    model_ref: str | None
+    runtime: str
+    system_prompt: str | None
+    messages: list[Message]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        tools: Sequence[ToolSpec] = self.kwargs.get("tools") or ()
+        options = {
+            k: v
+            for k, v in self.kwargs.items()
+            # Secrets and per-call values (session ids, the time left) are not the request.
+            if k
+            not in ("tools", "response_format", "on_delta", "api_key", "session_id", "timeout_s")
+            and not callable(v)
+        }
+        return {
+            "model": self.model_ref,
+            "runtime": self.runtime,
+            "system": self.system_prompt,
+            "messages": [_message(m) for m in self.messages],
+            "tools": [
+                {"name": t.name, "description": t.description, "parameters": t.parameters}
+                for t in tools
+            ],
+            "response_format": self.kwargs.get("response_format"),
+            "options": options,
+        }
+
+
+def _message(m: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+        ]
+    if m.tool_call_id:
+        out["tool_call_id"] = m.tool_call_id
+    return out
+
+
+class _CaptureRuntime:
+    def __init__(self, inner: Any, sink: list[CapturedRequest]) -> None:
+        self.inner = inner
+        self.sink = sink
+        self.provider = getattr(inner, "provider", None)
+
+    def supports(self, model_ref: str | None = None) -> bool:
+        return bool(self.inner.supports(model_ref))
+
+    def capabilities(self, model_ref: str | None = None) -> Any:
+        caps = getattr(self.inner, "capabilities", None)
+        if caps is None:
+            from ..runtimes.protocol import Capabilities
+
+            return Capabilities()
+        return caps(model_ref)
+
+    async def run_turn(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        system_prompt: str | None = None,
+        model_ref: str | None = None,
+        **kwargs: Any,
+    ) -> RuntimeResult:
+        messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
+        self.sink.append(
+            CapturedRequest(
+                model_ref, type(self.inner).__name__, system_prompt, messages, dict(kwargs)
+            )
+        )
+        return RuntimeResult(
+            error=_CAPTURED,
+            failure=TurnFailure("invalid_request", _CAPTURED, retryable=False),
+        )
+
+    async def stream_turn(self, prompt: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+        yield  # pragma: no cover
+
+
+class CaptureSelector:
+    """Selects the real runtime for each model, but only records the turns asked of it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.captured: list[CapturedRequest] = []
+
+    def select(self, model_ref: str) -> Any:
+        return _CaptureRuntime(self.inner.select(model_ref), self.captured)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def format_request(data: Mapping[str, Any]) -> str:
+    """The captured request as text a person reads top to bottom."""
+    lines = [f"model: {data['model']}  (runtime {data['runtime']})"]
+    if data.get("system"):
+        lines += ["", "── system ──", str(data["system"]).rstrip()]
+    for m in data["messages"]:
+        content = m["content"]
+        text = content if isinstance(content, str) else json.dumps(content, indent=2)
+        lines += ["", f"── {m['role']} ──", text.rstrip()]
+    tools = data.get("tools") or []
+    if tools:
+        lines += ["", f"── tools ({len(tools)}) ──"]
+        for t in tools:
+            lines.append(f"{t['name']}: {t['description']}".rstrip(": "))
+            lines.append("  parameters: " + json.dumps(t["parameters"], ensure_ascii=False))
+    if data.get("response_format"):
+        lines += ["", "── response format ──", json.dumps(data["response_format"], indent=2)]
+    if data.get("options"):
+        lines += ["", "── options ──"]
+        lines += [f"{k}: {json.dumps(v)}" for k, v in sorted(data["options"].items())]
+    return "\n".join(lines) + "\n"

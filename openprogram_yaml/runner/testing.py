@@ -1,0 +1,200 @@
+"""``openprogram-run test``: run the tests kept beside the prompts.
+
+Offline by default: a project with recordings replays them, otherwise the built-in
+``test`` model answers. Each failure shows the expectation, what came instead, and the
+prompt the method rendered, so a reviewer sees why without running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TextIO
+
+from ..compile.program import Program
+from ..compile.tests import MISSING, CompiledTest, value_at
+from .records import RunRecord, VersionStamp, execute_run
+
+__all__ = ["TestOutcome", "check_expectations", "run_tests"]
+
+
+class Writer(Protocol):
+    def write(self, text: str, /) -> int: ...
+
+    def flush(self) -> None: ...
+
+
+#: Outputs and prompts in failure reports are cut to this many characters.
+_SHOWN = 600
+
+
+@dataclass(slots=True)
+class TestOutcome:
+    """The result of one test: its problems (empty when it passed) and the run's record."""
+
+    __test__ = False  # not a pytest class
+
+    test: CompiledTest
+    problems: list[str] = field(default_factory=list)
+    record: RunRecord | None = None
+    prompt: str = ""
+    tools: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _short(value: Any) -> str:
+    text = _text(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + f"… ({len(text)} characters)"
+
+
+def check_expectations(test: CompiledTest, record: RunRecord, tools: list[str]) -> list[str]:
+    """What the run did that the test did not expect, one line each."""
+    exp = test.expect
+    problems: list[str] = []
+    if exp.error is not None:
+        if record.error is None:
+            return [f"expected the run to fail with {exp.error!r}, but it succeeded"]
+        message = str(record.error.get("message", ""))
+        if exp.error not in message:
+            problems.append(f"expected an error containing {exp.error!r}, got: {message}")
+        return problems
+    if record.error is not None:
+        kind = record.error.get("type", "error")
+        return [f"the run failed: {kind}: {record.error.get('message', '')}"]
+    out = record.output
+    if "equals" in exp.given and out != exp.equals:
+        problems.append(f"expected output to equal {_short(exp.equals)}")
+    text = _text(out)
+    for part in exp.contains:
+        if part not in text:
+            problems.append(f"expected output to contain {part!r}")
+    for part in exp.not_contains:
+        if part in text:
+            problems.append(f"expected output not to contain {part!r}")
+    if exp.regex is not None and not exp.regex.search(text):
+        problems.append(f"expected output to match /{exp.regex.pattern}/")
+    if exp.schema is not None:
+        for issue in exp.schema.errors(out):
+            problems.append(f"expected output to match the schema: {issue}")
+    for shown, (path, expected) in exp.json_path.items():
+        found = value_at(out, path)
+        if found is MISSING:
+            problems.append(f"expected {shown} to be {_short(expected)}, but there is no {shown}")
+        elif found != expected:
+            problems.append(f"expected {shown} to be {_short(expected)}, got {_short(found)}")
+    steps = record.path
+    if exp.choice is not None:
+        picked = steps[0].get("choice") if steps else None
+        if picked != exp.choice:
+            problems.append(f"expected the choice {exp.choice!r}, got {picked!r}")
+    if exp.methods is not None:
+        taken = [s["method"] for s in steps]
+        if taken != list(exp.methods):
+            problems.append(
+                f"expected the methods {' -> '.join(exp.methods)}, got {' -> '.join(taken)}"
+            )
+    for name in exp.tools_called:
+        if name not in tools:
+            problems.append(f"expected tool {name!r} to be called (called: {tools or 'none'})")
+    for name in exp.tools_not_called:
+        if name in tools:
+            problems.append(f"expected tool {name!r} not to be called, but it was")
+    return problems
+
+
+def _rendered_prompt(program: Program, test: CompiledTest) -> str:
+    method = program.agents[test.agent].methods[test.method]
+    try:
+        blocks = method.render(method.prepare_inputs(test.inputs))
+    except Exception as exc:  # shown in a report: never let it hide the real failure
+        return f"(could not render: {exc})"
+    return "\n".join(f"[{b.get('role', 'user')}] {b['text']}" for b in blocks)
+
+
+async def _run_one(
+    program: Program,
+    stamp: VersionStamp,
+    test: CompiledTest,
+    model: str | None,
+    wrap_selector: Callable[[Any], Any] | None,
+) -> TestOutcome:
+    from ..runtime.trace import SessionTrace
+
+    trace = SessionTrace()
+    record = await execute_run(
+        program,
+        stamp,
+        test.agent,
+        test.method,
+        test.inputs,
+        model=test.model or model,
+        trace=trace,
+        wrap_selector=wrap_selector,
+    )
+    tools = [n.name for n in trace.nodes if n.kind == "tool"]
+    outcome = TestOutcome(test, record=record, tools=tools)
+    outcome.problems = check_expectations(test, record, tools)
+    if outcome.problems:
+        outcome.prompt = _rendered_prompt(program, test)
+    return outcome
+
+
+def _indent(text: str, prefix: str = "    ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def report_failure(outcome: TestOutcome, stream: Writer) -> None:
+    test = outcome.test
+    stream.write(f"FAIL {test.id}  ({test.where})\n")
+    for problem in outcome.problems:
+        stream.write(f"  - {problem}\n")
+    record = outcome.record
+    if record is not None and record.error is None:
+        stream.write(f"  got:\n{_indent(_short(record.output))}\n")
+    if outcome.prompt:
+        stream.write(f"  rendered prompt:\n{_indent(_short(outcome.prompt))}\n")
+
+
+async def run_tests(
+    program: Program,
+    tests: Iterable[CompiledTest],
+    *,
+    model: str | None,
+    wrap_selector: Callable[[Any], Any] | None = None,
+    stream: Writer = sys.stdout,
+    progress: TextIO | None = None,
+) -> list[TestOutcome]:
+    """Run ``tests`` one after the other, report failures to ``stream``, and return all."""
+    chosen = list(tests)
+    stamp = VersionStamp(program.version)
+    outcomes: list[TestOutcome] = []
+    started = time.perf_counter()
+    for i, test in enumerate(chosen, 1):
+        if progress is not None:
+            progress.write(f"\r\033[K[{i}/{len(chosen)}] {test.id}")
+            progress.flush()
+        outcome = await _run_one(program, stamp, test, model, wrap_selector)
+        outcomes.append(outcome)
+        if not outcome.passed:
+            if progress is not None:
+                progress.write("\r\033[K")
+            report_failure(outcome, stream)
+    if progress is not None:
+        progress.write("\r\033[K")
+        progress.flush()
+    failed = sum(not o.passed for o in outcomes)
+    elapsed = time.perf_counter() - started
+    stream.write(f"{len(outcomes) - failed} passed, {failed} failed\n")
+    if progress is not None:
+        progress.write(f"({len(outcomes)} tests in {elapsed:.2f}s)\n")
+    return outcomes

@@ -1,0 +1,78 @@
+"""Record a conversation against a server on 127.0.0.1, replay it without the server, and
+fail clearly once the prompt changes; no secret reaches a recording or a trace."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from loopback import LoopbackServer, json_reply
+from support import EXAMPLES
+
+from openprogram_yaml.runner.cli import main
+
+SECRET_KEY = "sk-live-0123456789abcdef"
+SECRET_HEADER = "gw-token-fedcba9876543210"
+
+
+def completion(content: str) -> dict:
+    return {
+        "id": "c1", "object": "chat.completion", "created": 0, "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
+    }  # fmt: skip
+
+
+def test_record_replay_and_a_changed_prompt(tmp_path: Path, monkeypatch, capsys) -> None:
+    agent_dir = tmp_path / "agent"
+    shutil.copytree(EXAMPLES, agent_dir, ignore=shutil.ignore_patterns("support_repo"))
+    agent = agent_dir / "triage.yaml"
+    # A gateway header read from the environment: a secret that must stay out of files.
+    text = agent.read_text().replace("runtimes:", "runtimes:") + (
+        "runtimes:\n"
+        "  - match: 'openai:*'\n"
+        "    runtime: openai\n"
+        "    options: {headers: {X-Gateway-Token: '${env:GATEWAY_TOKEN}'}}\n"
+    )
+    agent.write_text(text)
+    recordings = tmp_path / "recordings"
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET_KEY)
+    monkeypatch.setenv("GATEWAY_TOKEN", SECRET_HEADER)
+    monkeypatch.setenv("OPENPROGRAM_MODEL", "openai:gpt-4o-mini")
+    label = {"category": "billing", "priority": "high", "reason": "Charged twice."}
+    args = [str(agent), "classify", "-i", "ticket=I was charged twice", "--json"]
+
+    with LoopbackServer() as server:
+        server.add(json_reply(completion(json.dumps(label))))
+        monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
+        code = main([*args, "--record", str(recordings), "--trace", str(trace)])
+        recorded = json.loads(capsys.readouterr().out)
+        [request] = server.requests
+    assert code == 0, recorded
+    assert recorded["output"] == label
+    assert request.headers["authorization"] == f"Bearer {SECRET_KEY}"
+    assert request.headers["x-gateway-token"] == SECRET_HEADER
+
+    files = sorted(recordings.rglob("*.yaml"))
+    assert [f.parent.name for f in files] == ["triage.classify"]
+    for path in [*files, trace]:
+        written = path.read_text()
+        assert SECRET_KEY not in written and SECRET_HEADER not in written, path
+
+    # The server is gone: the recording answers.
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    assert main([*args, "--replay", str(recordings)]) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == label
+
+    # A prompt edit changes the request: replay says so, with what changed.
+    agent.write_text(agent.read_text().replace("Classify this support ticket.", "Label it."))
+    code = main([*args, "--replay", str(recordings)])
+    captured = capsys.readouterr()
+    assert code == 1
+    error = json.loads(captured.out)["error"]["message"]
+    assert "prompt changed since it was recorded" in error
+    assert "-Classify this support ticket." in error.replace("  ", "").replace("- ", "-")
+    assert "+Label it." in error.replace("  ", "").replace("+ ", "+")
