@@ -7,6 +7,7 @@ Problems are collected, not raised, so that one run reports every problem of eve
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -207,8 +208,8 @@ def _compile_method(
         tools_deny=tuple(method.tools_deny) if method.tools_deny else None,
         choices=choices or None,
         linked=linked,
-        prompt_version=_prompt_version(
-            (prompt, instructions), response_format, choices, options, spec.vars
+        _prompt_hash=functools.partial(
+            _prompt_version, (prompt, instructions), response_format, choices, options, spec.vars
         ),
     )
 
@@ -284,8 +285,22 @@ def _choices(
 
 
 def template_engine(ctx: ProjectContext, agent_file: Path) -> TemplateEngine:
-    """Templates of an agent resolve from the project's template folders, then its own folder."""
-    return TemplateEngine(ctx.root, search_paths=[*ctx.template_dirs, agent_file.parent])
+    """Templates of an agent resolve from the project's template folders, then its own folder.
+
+    Engines are kept per set of folders: agents side by side share one, and so do successive
+    compiles (a reload), so a template file is parsed again only when it changes.
+    """
+    folders = (*ctx.template_dirs, agent_file.parent)
+    key = (ctx.root, folders)
+    engine = _engines.get(key)
+    if engine is None:
+        if len(_engines) >= 64:
+            _engines.clear()
+        engine = _engines[key] = TemplateEngine(ctx.root, search_paths=folders)
+    return engine
+
+
+_engines: dict[tuple[Path, tuple[Path, ...]], TemplateEngine] = {}
 
 
 def compile_agent(doc: AgentDocument, ctx: ProjectContext, col: Collector) -> Agent | None:

@@ -44,3 +44,5 @@ class ProjectContext:
     #: Test files of the repository (``tests:`` globs), and where recordings are kept.
     test_files: tuple[Path, ...] = ()
     recordings: Path | None = None
+    #: The environment variables the project file read, with their values.
+    env: tuple[tuple[str, str | None], ...] = ()

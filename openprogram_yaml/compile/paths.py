@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 __all__ = ["PROJECT_FILE", "display_path", "find_project_root", "resolve_inside"]
@@ -34,13 +35,10 @@ def resolve_inside(base_file: Path, relative: str, root: Path) -> tuple[Path | N
     """
     if relative.startswith(("http://", "https://", "file://")) or "://" in relative:
         return None, f"'{relative}' is a URL; only files inside the project can be referenced"
-    candidate = Path(relative)
-    if candidate.is_absolute():
+    if os.path.isabs(relative):
         return None, f"'{relative}' is absolute; write it relative to {base_file.name}"
-    resolved = (base_file.parent / candidate).resolve()
-    try:
-        resolved.relative_to(root)
-    except ValueError:
+    resolved = Path(os.path.realpath(os.path.join(base_file.parent, relative)))
+    if not resolved.is_relative_to(root):
         return None, f"'{relative}' leaves the project root {root}; keep files inside it"
     return resolved, None
 

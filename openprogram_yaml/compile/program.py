@@ -126,9 +126,17 @@ class Method:
     choices: tuple[ChoiceOption, ...] | None = None
     #: Methods this one's choices continue with, by name (filled when the agent is linked).
     linked: Mapping[str, Method] = field(default_factory=dict)
-    #: A hash of everything that shapes what this method sends: templates (with the files
-    #: they include), response format, choices and options. Runs and traces name it.
-    prompt_version: str = ""
+    _prompt_hash: Callable[[], str] = field(default=lambda: "", repr=False)
+    _prompt_hashed: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def prompt_version(self) -> str:
+        """A hash of everything that shapes what this method sends: templates (with the
+        files they include), response format, choices and options. Runs and traces name it.
+        Worked out when first asked for (a run, a lock file), not at every load."""
+        if not self._prompt_hashed:
+            self._prompt_hashed.append(self._prompt_hash())
+        return self._prompt_hashed[0]
 
     def prepare_inputs(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The inputs with defaults applied, checked against the declared schema.

@@ -8,8 +8,15 @@ other agents its tools call are all there.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import hashlib
-from collections.abc import Iterable, Mapping
+import os
+import stat
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError, Diagnostic
@@ -35,7 +42,7 @@ def load_project(
     path = root / PROJECT_FILE
     col.files.add(path)
     try:
-        spec, source, secrets, _ = load_document(
+        spec, source, secrets, env_names = load_document(
             path, ProjectSpec, display=str(display_path(path)), environ=environ
         )
     except ConfigError as exc:
@@ -54,20 +61,18 @@ def load_project(
                 found.append(target)
         return tuple(found)
 
-    agents: list[Path] = []
+    agents: dict[Path, None] = {}  # ordered, and a set: globs may overlap
     for i, pattern in enumerate(spec.agents):
-        matched = sorted(p.resolve() for p in root.glob(pattern) if p.is_file())
+        matched = _real_files(root.glob(pattern))
         if not matched:
             col.at(source, ("agents", i), f"'{pattern}' matches no file under {root}")
-        for match in matched:
-            if match.name != PROJECT_FILE and match not in agents:
-                agents.append(match)
-    test_files: list[Path] = []
+        agents.update((m, None) for m in matched if m.name != PROJECT_FILE)
+    test_files: dict[Path, None] = {}
     for i, pattern in enumerate(spec.tests):
-        matched = sorted(p.resolve() for p in root.glob(pattern) if p.is_file())
+        matched = _real_files(root.glob(pattern))
         if not matched:
             col.at(source, ("tests", i), f"'{pattern}' matches no file under {root}")
-        test_files.extend(m for m in matched if m not in test_files)
+        test_files.update((m, None) for m in matched)
     recordings = None
     if spec.recordings is not None:
         target, problem = resolve_inside(path, spec.recordings, root)
@@ -97,9 +102,33 @@ def load_project(
         secrets=frozenset(secrets),
         test_files=tuple(test_files),
         recordings=recordings,
+        env=tuple(
+            (n, (os.environ if environ is None else environ).get(n)) for n in sorted(env_names)
+        ),
     )
     _check_shared_toolsets(spec, source, col)
-    return ctx, agents
+    return ctx, list(agents)
+
+
+def _real_files(found: Iterable[Path]) -> list[Path]:
+    """The files among ``found``, symlinks resolved, in a stable order.
+
+    Each folder is resolved once (a repository holds many files in few folders); a file is
+    resolved on its own only when it is a link.
+    """
+    folders: dict[str, str] = {}
+    out: list[Path] = []
+    for path in found:
+        st = _stat(path)
+        if st is None or not stat.S_ISREG(st.st_mode):
+            continue
+        folder, name = os.path.split(path)
+        real_folder = folders.get(folder)
+        if real_folder is None:
+            real_folder = folders[folder] = os.path.realpath(folder)
+        real = os.path.join(real_folder, name)
+        out.append(Path(os.path.realpath(real) if os.path.islink(real) else real))
+    return sorted(out, key=str)
 
 
 def _check_shared_toolsets(spec: ProjectSpec, source: SourceMap, col: Collector) -> None:
@@ -143,20 +172,145 @@ def _link_method_tools(agents: Mapping[str, Agent], col: Collector) -> None:
             pending[tool_name] = target
 
 
+# --- recompiling only what changed -------------------------------------------------------
+#
+# A reload recompiles the whole project, but an agent whose files (its own, and every
+# template, schema and tool module it was built from), environment variables and project
+# settings are unchanged is taken from here: one stat per file instead of a compile.
+
+Stamp = tuple[int, int] | None
+
+#: A file changed less than this long before it was compiled may change again within the
+#: same timestamp tick, unseen (git calls this "racy"); such a stamp is not trusted.
+_RACY_NS = 50_000_000
+_UNTRUSTED: Stamp = (-1, -1)
+
+
+#: Stats taken during the current compile: many agents share a template or a schema.
+_seen: contextvars.ContextVar[dict[Path, os.stat_result | None] | None] = contextvars.ContextVar(
+    "openprogram_compile_stats", default=None
+)
+
+
+@contextlib.contextmanager
+def _stamps_once() -> Iterator[None]:
+    """Within this block (one compile) each file is stat'ed once."""
+    if _seen.get() is not None:
+        yield
+        return
+    token = _seen.set({})
+    try:
+        yield
+    finally:
+        _seen.reset(token)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    seen = _seen.get()
+    if seen is not None and path in seen:
+        return seen[path]
+    try:
+        result: os.stat_result | None = os.stat(path)
+    except OSError:
+        result = None
+    if seen is not None:
+        seen[path] = result
+    return result
+
+
+def _stamp(path: Path) -> Stamp:
+    st = _stat(path)
+    return None if st is None else (st.st_mtime_ns, st.st_size)
+
+
+def _trusted_stamp(path: Path, now_ns: int) -> Stamp:
+    stamp = _stamp(path)
+    if stamp is not None and now_ns - stamp[0] < _RACY_NS:
+        return _UNTRUSTED
+    return stamp
+
+
+@dataclass(slots=True)
+class _CachedAgent:
+    ctx_key: tuple[object, ...]
+    doc: AgentDocument
+    agent: Agent
+    files: frozenset[Path]
+    stamps: tuple[tuple[Path, Stamp], ...]
+    env: tuple[tuple[str, str | None], ...]
+
+    def still_valid(self, ctx_key: tuple[object, ...], environ: Mapping[str, str]) -> bool:
+        return (
+            ctx_key == self.ctx_key
+            and all(environ.get(name) == value for name, value in self.env)
+            and all(_stamp(path) == stamp for path, stamp in self.stamps)
+        )
+
+    def fresh_agent(self) -> Agent:
+        # Method tools are linked anew each compile (the agents they call may have changed);
+        # the cached agent may still serve runs of an older Program, so it is not mutated.
+        pending = self.agent.method_tools
+        refs = pending.refs if isinstance(pending, PendingMethodTools) else {}
+        return dataclasses.replace(self.agent, method_tools=PendingMethodTools(refs))
+
+
+_cache: dict[Path, _CachedAgent] = {}
+_CACHE_LIMIT = 20_000
+
+
+def _remember(
+    path: Path,
+    ctx_key: tuple[object, ...],
+    doc: AgentDocument,
+    agent: Agent,
+    files: set[Path],
+    environ: Mapping[str, str],
+) -> None:
+    if len(_cache) >= _CACHE_LIMIT:
+        _cache.clear()
+    _cache[path] = _CachedAgent(
+        ctx_key,
+        doc,
+        agent,
+        frozenset(files),
+        tuple((f, _trusted_stamp(f, time.time_ns())) for f in sorted(files, key=str)),
+        tuple((name, environ.get(name)) for name in sorted(doc.env_names)),
+    )
+
+
+def _context_key(ctx: ProjectContext) -> tuple[object, ...]:
+    project_file = ctx.root / PROJECT_FILE
+    return (ctx.root, ctx.template_dirs, ctx.schema_dirs, _stamp(project_file), ctx.env)
+
+
+_digests: dict[Path, tuple[Stamp, bytes]] = {}
+
+
+def _digest(path: Path) -> bytes:
+    """The sha256 of a file, remembered while its size and modification time hold."""
+    stamp = _stamp(path)
+    known = _digests.get(path)
+    if known is not None and known[0] == stamp and stamp not in (None, _UNTRUSTED):
+        return known[1]
+    try:
+        value = hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        value = b"<unreadable>"
+    if len(_digests) >= _CACHE_LIMIT:
+        _digests.clear()
+    _digests[path] = (_trusted_stamp(path, time.time_ns()), value)
+    return value
+
+
 def _version(files: Iterable[Path], root: Path) -> str:
     """A content hash of the source files: which version of the prompts a run used."""
     digest = hashlib.sha256()
-    for path in sorted(files):
+    for path in sorted(files, key=str):
         try:
             rel = path.relative_to(root).as_posix()
         except ValueError:
             rel = path.as_posix()
-        digest.update(rel.encode() + b"\0")
-        try:
-            digest.update(path.read_bytes())
-        except OSError:
-            digest.update(b"<unreadable>")
-        digest.update(b"\0")
+        digest.update(rel.encode() + b"\0" + _digest(path) + b"\0")
     return digest.hexdigest()[:16]
 
 
@@ -171,30 +325,50 @@ def compile_agent_files(
 
     Raises ``ConfigError`` with every problem of every file.
     """
+    with _stamps_once():
+        return _compile_agent_files(paths, environ, context, collector)
+
+
+def _compile_agent_files(
+    paths: Iterable[Path],
+    environ: Mapping[str, str] | None,
+    context: ProjectContext | None,
+    collector: Collector | None,
+) -> Program:
     col = collector or Collector()
-    resolved = [p.resolve() for p in paths]
+    # A project's files come resolved from ``load_project``; others are resolved here.
+    resolved = list(paths) if context is not None else [p.resolve() for p in paths]
     ctx = context or ProjectContext(
         find_project_root(resolved[0]) if resolved else Path.cwd().resolve()
     )
+    env = os.environ if environ is None else environ
+    ctx_key = _context_key(ctx)
     agents: dict[str, Agent] = {}
     docs: dict[str, AgentDocument] = {}
     for path in resolved:
         col.files.add(path)
-        try:
-            doc = load_agent_file(path, display=str(display_path(path)), environ=environ)
-        except PartialDocument as exc:
-            col.diagnostics.extend(exc.diagnostics)
-            col.diagnostics.extend(check_valid_parts(path, exc, ctx))
-            continue
-        except ConfigError as exc:
-            col.diagnostics.extend(exc.diagnostics)
-            continue
-        agent_col = Collector()
-        agent = compile_agent(doc, ctx, agent_col)
-        col.diagnostics.extend(agent_col.diagnostics)
-        col.files |= agent_col.files
-        if agent is None:
-            continue
+        cached = _cache.get(path)
+        if cached is not None and cached.still_valid(ctx_key, env):
+            agent, doc = cached.fresh_agent(), cached.doc
+            col.files |= cached.files
+        else:
+            try:
+                doc = load_agent_file(path, display=str(display_path(path)), environ=environ)
+            except PartialDocument as exc:
+                col.diagnostics.extend(exc.diagnostics)
+                col.diagnostics.extend(check_valid_parts(path, exc, ctx))
+                continue
+            except ConfigError as exc:
+                col.diagnostics.extend(exc.diagnostics)
+                continue
+            agent_col = Collector()
+            compiled = compile_agent(doc, ctx, agent_col)
+            col.diagnostics.extend(agent_col.diagnostics)
+            col.files |= agent_col.files
+            if compiled is None:
+                continue
+            agent = compiled
+            _remember(path, ctx_key, doc, agent, {path, *agent_col.files}, env)
         if agent.name in agents:
             col.at(
                 doc.source,
@@ -253,6 +427,11 @@ def _compile_test_file(
 
 def compile_path(path: Path, *, environ: Mapping[str, str] | None = None) -> Program:
     """Compile an agent file, a project folder, or a project's ``openprogram.yaml``."""
+    with _stamps_once():
+        return _compile_path(path, environ)
+
+
+def _compile_path(path: Path, environ: Mapping[str, str] | None) -> Program:
     if not path.exists():
         raise ConfigError(Diagnostic(str(path), 0, 0, "no such file or folder"))
     path = path.resolve()
@@ -281,7 +460,7 @@ def _compile_project(
 ) -> Program:
     col = Collector()
     ctx, agent_files = load_project(root, col, environ)
-    if extra is not None and extra not in agent_files:
+    if extra is not None and extra not in set(agent_files):
         agent_files.append(extra)
     if not agent_files and not col.diagnostics:
         pos = Diagnostic(

@@ -25,10 +25,11 @@ Jinja2 is imported on the first compile, not when this module is imported.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -81,8 +82,17 @@ class CompiledTemplate:
     variables: frozenset[str]
     files: frozenset[Path]
     origin: TextOrigin
-    _template: Template = field(repr=False)
+    _build: Callable[[], Template] = field(repr=False)
     _file_names: Mapping[str, Path] = field(repr=False)
+    #: The Jinja template, generated on first render: checking a repository (or loading
+    #: one to serve a few methods) never pays for code it does not run.
+    _built: list[Template] = field(default_factory=list, repr=False)
+
+    @property
+    def _template(self) -> Template:
+        if not self._built:
+            self._built.append(self._build())
+        return self._built[0]
 
     def render(self, variables: Mapping[str, Any]) -> str:
         """The prompt text; raises TemplateRenderError when the template fails."""
@@ -166,6 +176,22 @@ class _Unit:
     pulled_in: str  # "" for the root, else " (included at path:line:col)"
 
 
+def _resolved(path: str) -> Path:
+    # Every template of an agent file starts from the same file: resolve it once.
+    return _resolved_absolute(os.path.abspath(path))
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolved_absolute(path: str) -> Path:
+    return Path(path).resolve()
+
+
+#: Analyses by template text. What a template reads and pulls in depends on its text alone,
+#: and repositories repeat texts (shared prompt files, the same inline prompt in many agents).
+_analyses: dict[str, _jinja.Analysis] = {}
+_ANALYSES_KEPT = 4096
+
+
 class TemplateEngine:
     """Compiles prompt templates for one project.
 
@@ -224,30 +250,36 @@ class TemplateEngine:
                 source=source,
                 analysis=analysis,
                 origin=origin,
-                base_dir=Path(origin.path).resolve().parent,
+                base_dir=_resolved(origin.path).parent,
                 sees_inputs=True,
                 local_names=frozenset(),
                 # A prompt_file that pulls itself in is a cycle too.
-                chain=(Path(origin.path).resolve(),) if origin.style == "file" else (),
+                chain=(_resolved(origin.path),) if origin.style == "file" else (),
                 pulled_in="",
             )
             self._check_unit(root, check)
         if check.diagnostics:
             raise ConfigError(list(check.diagnostics))
 
-        env = _jinja.PromptSandbox(loader=_jinja.SnapshotLoader(check.sources), links=check.links)
-        code = env.compile(source, name=template_name, filename=origin.path)
-        template = env.template_class.from_code(env, code, env.make_globals(None))
-        for key in check.sources:
-            env.get_template(key)  # compile every dependency now, so render only renders
-        files = {key: Path(key) for key in check.sources}
+        sources = dict(check.sources)
+        links = check.links
+
+        def build() -> Template:
+            env = _jinja.PromptSandbox(loader=_jinja.SnapshotLoader(sources), links=links)
+            code = env.compile(source, name=template_name, filename=origin.path)
+            template = env.template_class.from_code(env, code, env.make_globals(None))
+            for key in sources:
+                env.get_template(key)  # compile every dependency now, so render only renders
+            return template
+
+        files = {key: Path(key) for key in sources}
         return CompiledTemplate(
             name=template_name,
             source=source,
             variables=frozenset(check.variables),
             files=frozenset(files.values()),
             origin=origin,
-            _template=template,
+            _build=build,
             _file_names=files,
         )
 
@@ -267,7 +299,12 @@ class TemplateEngine:
 
         env = self._environment()
         try:
-            analysis = _jinja.analyze(env, source, name, origin.path)
+            analysis = _analyses.get(source)
+            if analysis is None:
+                analysis = _jinja.analyze(env, source, name, origin.path)
+                if len(_analyses) >= _ANALYSES_KEPT:
+                    _analyses.clear()
+                _analyses[source] = analysis
         except _jinja.TemplateSyntaxError as exc:
             line, col = syntax_error_position(source, exc.message or str(exc), exc.lineno)
             position = origin.locate(line, col)

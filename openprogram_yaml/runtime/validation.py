@@ -7,6 +7,8 @@ before a validator is built.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,12 +50,118 @@ def _registry(resources: Mapping[str, Mapping[str, Any]] | None) -> Any:
     return registry
 
 
+_SIMPLE_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
+_SUBSCHEMA = frozenset(
+    {
+        "not", "if", "then", "else", "items", "contains", "additionalProperties",
+        "propertyNames", "unevaluatedItems", "unevaluatedProperties", "contentSchema",
+    }
+)  # fmt: skip
+_SCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+_SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_STRINGS = frozenset(
+    {
+        "title", "description", "$comment", "$id", "$ref", "$anchor", "format",
+        "contentEncoding", "contentMediaType", "pattern", "$dynamicRef", "$dynamicAnchor",
+    }
+)  # fmt: skip
+_NUMBERS = frozenset({"maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum"})
+_COUNTS = frozenset(
+    {
+        "maxLength", "minLength", "maxItems", "minItems", "maxContains", "minContains",
+        "maxProperties", "minProperties",
+    }
+)  # fmt: skip
+_FLAGS = frozenset({"uniqueItems", "readOnly", "writeOnly", "deprecated"})
+_ANY = frozenset({"const", "default"})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _unique_strings(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and all(isinstance(v, str) for v in value)
+        and len(set(value)) == len(value)
+    )
+
+
+def _plainly_valid(schema: Any) -> bool:
+    """True when ``schema`` uses only well-known 2020-12 keywords, each with a value of the
+    right shape: then the metaschema accepts it, and the slow full check can be skipped.
+    False means "not sure", never "invalid": the full check decides (and words the errors).
+    """
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict):
+        return False
+    for key, value in schema.items():
+        if key in _SUBSCHEMA:
+            ok = _plainly_valid(value)
+        elif key in _SCHEMA_MAPS:
+            ok = isinstance(value, dict) and all(_plainly_valid(v) for v in value.values())
+        elif key in _SCHEMA_LISTS:
+            ok = isinstance(value, list) and bool(value) and all(_plainly_valid(v) for v in value)
+        elif key == "type":
+            ok = (
+                value in _SIMPLE_TYPES
+                if isinstance(value, str)
+                else (
+                    isinstance(value, list)
+                    and bool(value)
+                    and all(isinstance(v, str) and v in _SIMPLE_TYPES for v in value)
+                    and len(set(value)) == len(value)
+                )
+            )
+        elif key in _STRINGS:
+            ok = isinstance(value, str)
+        elif key in _NUMBERS:
+            ok = _is_number(value)
+        elif key == "multipleOf":
+            ok = _is_number(value) and value > 0
+        elif key in _COUNTS:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        elif key == "required":
+            ok = _unique_strings(value)
+        elif key in _FLAGS:
+            ok = isinstance(value, bool)
+        elif key in ("enum", "examples"):
+            ok = isinstance(value, list)
+        elif key == "dependentRequired":
+            ok = isinstance(value, dict) and all(_unique_strings(v) for v in value.values())
+        else:
+            ok = key in _ANY
+        if not ok:
+            return False
+    return True
+
+
 def schema_issues(schema: Any) -> list[tuple[tuple[str | int, ...], str]]:
     """Problems that make ``schema`` an invalid JSON Schema, each with its path in the schema."""
     if isinstance(schema, bool):
         return []
     if not isinstance(schema, Mapping):
         return [((), f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}")]
+    if _plainly_valid(schema):
+        return []
+    try:
+        key = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError):
+        return _meta_issues(schema)
+    return list(_meta_issues_cached(key))
+
+
+@functools.lru_cache(maxsize=2048)
+def _meta_issues_cached(key: str) -> tuple[tuple[tuple[str | int, ...], str], ...]:
+    # Repositories repeat schemas (shared $refs, the same input shapes): check each once.
+    return tuple(_meta_issues(json.loads(key)))
+
+
+def _meta_issues(schema: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
     cls = _validator_class(schema)
     meta = cls(cls.META_SCHEMA)
     issues: list[tuple[tuple[str | int, ...], str]] = []
@@ -80,9 +188,13 @@ def check_schema(schema: Any) -> list[str]:
 
 
 class SchemaValidator:
-    """Validates JSON values against one schema. Build once, call often."""
+    """Validates JSON values against one schema. Build once, call often.
 
-    __slots__ = ("_validator", "schema")
+    The jsonschema validator itself is made on the first call: a repository declares many
+    schemas, and a run uses few of them.
+    """
+
+    __slots__ = ("_resources", "_validator", "schema")
 
     def __init__(
         self,
@@ -91,14 +203,21 @@ class SchemaValidator:
         resources: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.schema = schema
-        cls = _validator_class(schema if isinstance(schema, Mapping) else {})
-        self._validator = cls(schema, registry=_registry(resources))
+        self._resources = resources
+        self._validator: Any = None
+
+    def _built(self) -> Any:
+        if self._validator is None:
+            schema = self.schema
+            cls = _validator_class(schema if isinstance(schema, Mapping) else {})
+            self._validator = cls(schema, registry=_registry(self._resources))
+        return self._validator
 
     def errors(self, value: Any) -> list[str]:
         """Readable problems with ``value`` (``$.path: message``), at most ``MAX_ISSUES``."""
         issues: list[str] = []
         try:
-            found = sorted(self._validator.iter_errors(value), key=lambda e: list(e.path))
+            found = sorted(self._built().iter_errors(value), key=lambda e: list(e.path))
         except Exception as exc:  # an unresolvable $ref surfaces only while validating
             return [f"$: the schema could not be applied: {exc}"]
         for err in found:

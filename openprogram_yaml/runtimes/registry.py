@@ -60,6 +60,9 @@ class _Registration:
     entry: RuntimeRegistryEntry
     target: Any
     is_factory: bool
+    #: A discovered plugin not imported yet: loaded on first use, so start-up imports only
+    #: the runtime a run needs.
+    entry_point: EntryPoint | None = None
 
 
 def _normalize(name: str) -> str:
@@ -192,7 +195,9 @@ class RuntimeRegistry:
         """Whether ``runtime_id`` (or an alias) names a usable runtime."""
         self._ensure_discovered()
         with self._lock:
-            return self._aliases.get(runtime_id, runtime_id) in self._entries
+            canonical = self._aliases.get(runtime_id, runtime_id)
+            registration = self._entries.get(canonical)
+            return registration is not None and self._loaded(canonical, registration)
 
     is_available = is_registered
 
@@ -201,12 +206,15 @@ class RuntimeRegistry:
         with ``metadata["error"]``. Each entry's ``metadata["aliases"]`` lists its aliases."""
         self._ensure_discovered()
         with self._lock:
+            for runtime_id, registration in list(self._entries.items()):
+                self._loaded(runtime_id, registration)
             entries = [self._public(reg.entry) for reg in self._entries.values()]
             entries += [self._public(entry) for entry in self._broken.values()]
         return entries
 
     def list_names(self) -> list[str]:
-        """Ids of the usable runtimes, in registration order."""
+        """Ids of the runtimes, in registration order (a plugin is loaded, and dropped from
+        this list if it fails, only when it is first used or listed in full)."""
         self._ensure_discovered()
         with self._lock:
             return list(self._entries)
@@ -217,7 +225,7 @@ class RuntimeRegistry:
         with self._lock:
             canonical = self._aliases.get(runtime_id, runtime_id)
             registration = self._entries.get(canonical)
-            if registration is not None:
+            if registration is not None and self._loaded(canonical, registration):
                 return self._public(registration.entry)
             broken = self._broken.get(canonical)
             return self._public(broken) if broken is not None else None
@@ -232,6 +240,8 @@ class RuntimeRegistry:
         with self._lock:
             canonical = self._aliases.get(runtime_id, runtime_id)
             registration = self._entries.get(canonical)
+            if registration is not None and not self._loaded(canonical, registration):
+                registration = None
             if registration is None:
                 broken = self._broken.get(canonical)
                 if broken is not None:
@@ -319,34 +329,47 @@ class RuntimeRegistry:
                 stacklevel=4,
             )
             return
+        self._entries[ep.name] = _Registration(
+            RuntimeRegistryEntry(ep.name, is_builtin=builtin, metadata=metadata),
+            None,
+            True,
+            ep,
+        )
+
+    def _loaded(self, runtime_id: str, registration: _Registration) -> bool:
+        """Import a discovered plugin on first use; a failure moves it to the broken list
+        with a warning. Call with the lock held. False when it cannot be used."""
+        ep = registration.entry_point
+        if ep is None:
+            return True
+        entry = registration.entry
         try:
             target = ep.load()
             is_factory = _is_factory(target)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             warnings.warn(
-                f"runtime plugin {ep.name!r} ({metadata['distribution']}) failed to load: {error}",
+                f"runtime plugin {runtime_id!r} ({entry.metadata.get('distribution')}) "
+                f"failed to load: {error}",
                 RuntimeWarning,
                 stacklevel=4,
             )
-            self._broken[ep.name] = RuntimeRegistryEntry(
-                ep.name,
-                is_builtin=builtin,
-                metadata=metadata | {"error": error, "available": False},
+            del self._entries[runtime_id]
+            self._broken[runtime_id] = replace(
+                entry, metadata=entry.metadata | {"error": error, "available": False}
             )
-            return
+            return False
         display = getattr(target, "display_name", None)
-        self._entries[ep.name] = _Registration(
-            RuntimeRegistryEntry(
-                ep.name,
-                display_name=display if isinstance(display, str) else None,
-                description=_summary(target),
-                is_builtin=builtin,
-                metadata=metadata | {"kind": "factory" if is_factory else "instance"},
-            ),
-            target,
-            is_factory,
+        registration.entry = replace(
+            entry,
+            display_name=display if isinstance(display, str) else entry.runtime_id,
+            description=_summary(target),
+            metadata=entry.metadata | {"kind": "factory" if is_factory else "instance"},
         )
+        registration.target = target
+        registration.is_factory = is_factory
+        registration.entry_point = None
+        return True
 
 
 def _dist_name(ep: EntryPoint) -> str | None:

@@ -1,7 +1,9 @@
 """The YAML format as pydantic models: plain data, unknown keys refused.
 
 Field docstrings are written for the people editing the files: they become the descriptions
-editors show from ``schemas/``. Nothing here runs or compiles anything.
+editors show from ``schemas/`` (``spec/schema.py`` reads them when it writes the schemas, so
+building these models at start-up does not parse this file). Nothing here runs or compiles
+anything.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class _Spec(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
-        use_attribute_docstrings=True,
+        use_attribute_docstrings=False,
         str_strip_whitespace=False,
     )
 
@@ -213,7 +215,10 @@ class ChoiceSpec(_Spec):
     {decision: name, ...fields}, or the method's inputs."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=False,
+        populate_by_name=True,
     )
 
     @model_validator(mode="after")
@@ -240,7 +245,10 @@ class ExpectSpec(_Spec):
     """What a test expects of a run. Every expectation given must hold."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=False,
+        populate_by_name=True,
     )
 
     equals: Any = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from pydantic import BaseModel
@@ -24,8 +25,77 @@ SCHEMA_FILES = {
 }
 
 
+def _field_docs() -> dict[str, dict[str, str]]:
+    """Field docstrings of the spec models, by class name then field name.
+
+    Read from the source of ``models.py`` (the string right after a field's annotation),
+    so the models themselves need not keep them at run time.
+    """
+    import ast
+    import inspect
+
+    from . import models
+
+    tree = ast.parse(inspect.getsource(models))
+    docs: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        fields: dict[str, str] = {}
+        body = node.body
+        for stmt, following in itertools.pairwise(body):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant)
+                and isinstance(following.value.value, str)
+            ):
+                fields[stmt.target.id] = inspect.cleandoc(following.value.value)
+        docs[node.name] = fields
+    return docs
+
+
+def _describe(
+    schema: dict[str, Any], model: type[BaseModel], docs: dict[str, dict[str, str]]
+) -> None:
+    """Put each field's docstring into ``schema`` as its description."""
+    properties = schema.get("properties", {})
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        for cls in model.__mro__:
+            doc = docs.get(cls.__name__, {}).get(name)
+            if doc is not None and key in properties:
+                properties[key]["description"] = doc
+                break
+
+
+def _models_in(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """Every spec model reachable from ``model``, by name."""
+    import typing
+
+    found: dict[str, type[BaseModel]] = {}
+    pending: list[Any] = [model]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            if item.__name__ in found:
+                continue
+            found[item.__name__] = item
+            pending.extend(f.annotation for f in item.model_fields.values())
+        else:
+            pending.extend(typing.get_args(item))
+    return found
+
+
 def _schema(model: type[BaseModel], title: str) -> dict[str, Any]:
     schema = model.model_json_schema()
+    docs = _field_docs()
+    models = _models_in(model)
+    _describe(schema, model, docs)
+    for name, sub in schema.get("$defs", {}).items():
+        if name in models:
+            _describe(sub, models[name], docs)
     schema.pop("title", None)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title, **schema}
 

@@ -27,13 +27,18 @@ MAX_EXPANDED_NODES = 100_000
 
 @dataclass(slots=True)
 class SourceMap:
-    """Positions of a document's values (``values``) and mapping keys (``keys``) by path."""
+    """Where a document's values (``values``) and mapping keys (``keys``) are, by path.
+
+    Positions are kept as (line, column) pairs and made into ``Position``s only when asked
+    for: a repository has tens of thousands of nodes and few problems.
+    """
 
     path: str
     text: str = ""
-    values: dict[Loc, Position] = field(default_factory=dict)
-    keys: dict[Loc, Position] = field(default_factory=dict)
-    origins: dict[Loc, TextOrigin] = field(default_factory=dict)
+    values: dict[Loc, tuple[int, int]] = field(default_factory=dict)
+    keys: dict[Loc, tuple[int, int]] = field(default_factory=dict)
+    #: The YAML style of string scalars that are not plain ("'", '"', "|", ">").
+    styles: dict[Loc, str] = field(default_factory=dict)
 
     def at(self, loc: Loc, *, key: bool = False) -> Position:
         """The best-known position for ``loc``: the node itself, else its nearest parent."""
@@ -41,9 +46,9 @@ class SourceMap:
         probe = tuple(loc)
         while True:
             if probe in table:
-                return table[probe]
+                return Position(self.path, *table[probe])
             if key and probe in self.values:
-                return self.values[probe]
+                return Position(self.path, *self.values[probe])
             if not probe:
                 return Position(self.path, 1, 1)
             probe = probe[:-1]
@@ -51,11 +56,17 @@ class SourceMap:
 
     def origin(self, loc: Loc) -> TextOrigin:
         """Where the string at ``loc`` starts and how it was written (for templates)."""
-        found = self.origins.get(tuple(loc))
-        if found is not None:
-            return found
         pos = self.at(loc)
-        return TextOrigin(pos.path, pos.line, pos.col, style="")
+        style = self.styles.get(tuple(loc), "")
+        if style not in ("|", ">"):
+            return TextOrigin(pos.path, pos.line, pos.col, style=style)
+        # Block content starts on the line after the indicator; find its indentation.
+        indent = 0
+        for raw in self.text.splitlines()[pos.line :]:
+            if raw.strip():
+                indent = len(raw) - len(raw.lstrip(" "))
+                break
+        return TextOrigin(pos.path, pos.line, pos.col, style, indent)
 
 
 @dataclass(slots=True)
@@ -67,8 +78,11 @@ class LoadedYAML:
 def _build_loader_class() -> Any:
     import yaml
 
-    class CoreSchemaLoader(yaml.SafeLoader):
-        """SafeLoader with YAML 1.2 core-schema booleans and no implicit timestamps."""
+    # libyaml's parser keeps the same marks and is about 12x faster than the pure-Python one.
+    base = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+
+    class CoreSchemaLoader(base):  # type: ignore[misc,valid-type]
+        """A safe loader with YAML 1.2 core-schema booleans and no implicit timestamps."""
 
     resolvers: dict[str, list[Any]] = {}
     for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items():
@@ -100,13 +114,15 @@ def _pos(path: str, mark: Any) -> Position:
     return Position(path, mark.line + 1, mark.column + 1)
 
 
+_STR = "tag:yaml.org,2002:str"
+
+
 class _Converter:
     def __init__(self, path: str, text: str, loader: Any) -> None:
         self.source = SourceMap(path, text)
         self.loader = loader
         self.diagnostics: list[Diagnostic] = []
         self.expanded = 0
-        self._lines = text.splitlines()
 
     def error(self, pos: Position, message: str) -> None:
         self.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
@@ -115,17 +131,22 @@ class _Converter:
         import yaml
 
         self.expanded += 1
+        mark = node.start_mark
         if self.expanded > MAX_EXPANDED_NODES:
-            raise _TooLarge(_pos(self.source.path, node.start_mark))
-        pos = _pos(self.source.path, node.start_mark)
-        self.source.values.setdefault(loc, pos)
+            raise _TooLarge(_pos(self.source.path, mark))
+        self.source.values.setdefault(loc, (mark.line + 1, mark.column + 1))
         if isinstance(node, yaml.ScalarNode):
-            self._record_origin(node, loc, pos)
+            if node.tag == _STR:  # most values: no constructor needed
+                if node.style:
+                    self.source.styles[loc] = node.style
+                return node.value
             try:
                 return self.loader.construct_object(node, deep=True)
             except yaml.YAMLError as exc:
+                pos = _pos(self.source.path, mark)
                 self.error(pos, f"invalid value: {getattr(exc, 'problem', exc)}")
                 return None
+        pos = _pos(self.source.path, mark)
         if id(node) in active:
             self.error(pos, "this alias refers to a node that contains it (a cycle)")
             return None
@@ -144,36 +165,30 @@ class _Converter:
         import yaml
 
         out: dict[str, Any] = {}
+        keys = self.source.keys
         for key_node, value_node in node.value:
-            kpos = _pos(self.source.path, key_node.start_mark)
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                self.error(kpos, "merge keys ('<<') are not supported; repeat the keys instead")
-                continue
-            if not isinstance(key_node, yaml.ScalarNode):
-                self.error(kpos, "mapping keys must be plain strings")
+            mark = key_node.start_mark
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                key_node, yaml.ScalarNode
+            ):
+                what = (
+                    "merge keys ('<<') are not supported; repeat the keys instead"
+                    if key_node.tag == "tag:yaml.org,2002:merge"
+                    else "mapping keys must be plain strings"
+                )
+                self.error(_pos(self.source.path, mark), what)
                 continue
             key = str(key_node.value)
+            here = (*loc, key)
             if key in out:
-                first = self.source.keys.get((*loc, key))
-                where = f" (first at line {first.line})" if first else ""
-                self.error(kpos, f"duplicate key '{key}'{where}; remove one of them")
+                first = keys.get(here)
+                where = f" (first at line {first[0]})" if first else ""
+                message = f"duplicate key '{key}'{where}; remove one of them"
+                self.error(_pos(self.source.path, mark), message)
                 continue
-            self.source.keys[(*loc, key)] = kpos
-            out[key] = self.convert(value_node, (*loc, key), active)
+            keys[here] = (mark.line + 1, mark.column + 1)
+            out[key] = self.convert(value_node, here, active)
         return out
-
-    def _record_origin(self, node: Any, loc: Loc, pos: Position) -> None:
-        style = node.style or ""
-        if style not in ("|", ">"):
-            self.source.origins[loc] = TextOrigin(pos.path, pos.line, pos.col, style=style)
-            return
-        # Block content starts on the line after the indicator; find its indentation.
-        indent = 0
-        for raw in self._lines[pos.line :]:
-            if raw.strip():
-                indent = len(raw) - len(raw.lstrip(" "))
-                break
-        self.source.origins[loc] = TextOrigin(pos.path, pos.line, pos.col, style, indent)
 
 
 class _TooLarge(Exception):
