@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import glob
 import hashlib
 import os
 import stat
@@ -63,13 +64,13 @@ def load_project(
 
     agents: dict[Path, None] = {}  # ordered, and a set: globs may overlap
     for i, pattern in enumerate(spec.agents):
-        matched = _real_files(root.glob(pattern))
+        matched = _glob_files(root, pattern)
         if not matched:
             col.at(source, ("agents", i), f"'{pattern}' matches no file under {root}")
         agents.update((m, None) for m in matched if m.name != PROJECT_FILE)
     test_files: dict[Path, None] = {}
     for i, pattern in enumerate(spec.tests):
-        matched = _real_files(root.glob(pattern))
+        matched = _glob_files(root, pattern)
         if not matched:
             col.at(source, ("tests", i), f"'{pattern}' matches no file under {root}")
         test_files.update((m, None) for m in matched)
@@ -110,25 +111,32 @@ def load_project(
     return ctx, list(agents)
 
 
-def _real_files(found: Iterable[Path]) -> list[Path]:
-    """The files among ``found``, symlinks resolved, in a stable order.
+def _glob_files(root: Path, pattern: str) -> list[Path]:
+    """The files under ``root`` matching ``pattern``, symlinks resolved, in a stable order.
 
-    Each folder is resolved once (a repository holds many files in few folders); a file is
-    resolved on its own only when it is a link.
+    Each folder is resolved once (a repository holds many files in few folders), and each
+    match costs one ``lstat``; a file is resolved on its own only when it is a link.
     """
     folders: dict[str, str] = {}
-    out: list[Path] = []
-    for path in found:
-        st = _stat(path)
-        if st is None or not stat.S_ISREG(st.st_mode):
+    out: list[str] = []
+    for found in glob.glob(os.path.join(glob.escape(str(root)), pattern), recursive=True):
+        try:
+            mode = os.lstat(found).st_mode
+        except OSError:
             continue
-        folder, name = os.path.split(path)
+        if stat.S_ISLNK(mode):
+            real = os.path.realpath(found)
+            if os.path.isfile(real):
+                out.append(real)
+            continue
+        if not stat.S_ISREG(mode):
+            continue
+        folder, name = os.path.split(found)
         real_folder = folders.get(folder)
         if real_folder is None:
             real_folder = folders[folder] = os.path.realpath(folder)
-        real = os.path.join(real_folder, name)
-        out.append(Path(os.path.realpath(real) if os.path.islink(real) else real))
-    return sorted(out, key=str)
+        out.append(os.path.join(real_folder, name))
+    return [Path(p) for p in sorted(out)]
 
 
 def _check_shared_toolsets(spec: ProjectSpec, source: SourceMap, col: Collector) -> None:
@@ -187,7 +195,7 @@ _UNTRUSTED: Stamp = (-1, -1)
 
 
 #: Stats taken during the current compile: many agents share a template or a schema.
-_seen: contextvars.ContextVar[dict[Path, os.stat_result | None] | None] = contextvars.ContextVar(
+_seen: contextvars.ContextVar[dict[str, os.stat_result | None] | None] = contextvars.ContextVar(
     "openprogram_compile_stats", default=None
 )
 
@@ -205,20 +213,21 @@ def _stamps_once() -> Iterator[None]:
         _seen.reset(token)
 
 
-def _stat(path: Path) -> os.stat_result | None:
+def _stat(path: Path | str) -> os.stat_result | None:
+    key = os.fspath(path)  # str keys: a Path hashes its parts anew on every lookup
     seen = _seen.get()
-    if seen is not None and path in seen:
-        return seen[path]
+    if seen is not None and key in seen:
+        return seen[key]
     try:
-        result: os.stat_result | None = os.stat(path)
+        result: os.stat_result | None = os.stat(key)
     except OSError:
         result = None
     if seen is not None:
-        seen[path] = result
+        seen[key] = result
     return result
 
 
-def _stamp(path: Path) -> Stamp:
+def _stamp(path: Path | str) -> Stamp:
     st = _stat(path)
     return None if st is None else (st.st_mtime_ns, st.st_size)
 
@@ -236,7 +245,7 @@ class _CachedAgent:
     doc: AgentDocument
     agent: Agent
     files: frozenset[Path]
-    stamps: tuple[tuple[Path, Stamp], ...]
+    stamps: tuple[tuple[str, Stamp], ...]
     env: tuple[tuple[str, str | None], ...]
 
     def still_valid(self, ctx_key: tuple[object, ...], environ: Mapping[str, str]) -> bool:
@@ -251,6 +260,8 @@ class _CachedAgent:
         # the cached agent may still serve runs of an older Program, so it is not mutated.
         pending = self.agent.method_tools
         refs = pending.refs if isinstance(pending, PendingMethodTools) else {}
+        if not refs:
+            return self.agent  # nothing to link: the agent is immutable as it is
         return dataclasses.replace(self.agent, method_tools=PendingMethodTools(refs))
 
 
@@ -273,7 +284,7 @@ def _remember(
         doc,
         agent,
         frozenset(files),
-        tuple((f, _trusted_stamp(f, time.time_ns())) for f in sorted(files, key=str)),
+        tuple((str(f), _trusted_stamp(f, time.time_ns())) for f in sorted(files, key=str)),
         tuple((name, environ.get(name)) for name in sorted(doc.env_names)),
     )
 
@@ -305,12 +316,11 @@ def _digest(path: Path) -> bytes:
 def _version(files: Iterable[Path], root: Path) -> str:
     """A content hash of the source files: which version of the prompts a run used."""
     digest = hashlib.sha256()
+    prefix = str(root) + os.sep
     for path in sorted(files, key=str):
-        try:
-            rel = path.relative_to(root).as_posix()
-        except ValueError:
-            rel = path.as_posix()
-        digest.update(rel.encode() + b"\0" + _digest(path) + b"\0")
+        text = str(path)
+        rel = text[len(prefix) :] if text.startswith(prefix) else text
+        digest.update(rel.replace(os.sep, "/").encode() + b"\0" + _digest(path) + b"\0")
     return digest.hexdigest()[:16]
 
 

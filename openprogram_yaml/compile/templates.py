@@ -186,6 +186,24 @@ def _resolved_absolute(path: str) -> Path:
     return Path(path).resolve()
 
 
+def _file_stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size)
+
+
+#: What a successful check found: variables read, the files pulled in (their text and
+#: stamps), and the names the includes resolved to.
+_Checked = tuple[
+    frozenset[str],
+    dict[str, str],
+    dict[tuple[str, str], str],
+    dict[str, tuple[int, int] | None],
+]
+_CHECKED_KEPT = 8192
+
 #: Analyses by template text. What a template reads and pulls in depends on its text alone,
 #: and repositories repeat texts (shared prompt files, the same inline prompt in many agents).
 _analyses: dict[str, _jinja.Analysis] = {}
@@ -222,6 +240,7 @@ class TemplateEngine:
         self._files: dict[Path, _FileEntry] = {}
         self._lock = threading.Lock()
         self._checker: _jinja.PromptSandbox | None = None
+        self._checked: dict[tuple[Any, ...], _Checked] = {}
 
     def compile(
         self,
@@ -238,9 +257,22 @@ class TemplateEngine:
         ``declared`` are the names the render variables will hold; ``declared_by`` names who
         declares them in messages (``template reads 'x', which the method does not declare``).
         """
-        from openprogram_yaml.compile import _jinja
 
         template_name = name or str(origin.start)
+        base_dir = _resolved(origin.path).parent
+        checked_key = (
+            source,
+            frozenset(declared),
+            declared_by,
+            base_dir,
+            origin.path if origin.style == "file" else None,
+        )
+        known = self._checked.get(checked_key)
+        if known is not None and all(_file_stamp(k) == v for k, v in known[3].items()):
+            # The same text, seeing the same names from the same folder, with every file it
+            # pulls in unchanged: what it reads and includes is what it read last time.
+            variables, sources, links = known[0], known[1], known[2]
+            return self._compiled(source, template_name, origin, variables, sources, links)
         check = _Check(frozenset(declared), declared_by)
         analysis, problems = self._parse(source, template_name, origin)
         check.diagnostics.update(dict.fromkeys(problems))
@@ -250,7 +282,7 @@ class TemplateEngine:
                 source=source,
                 analysis=analysis,
                 origin=origin,
-                base_dir=_resolved(origin.path).parent,
+                base_dir=base_dir,
                 sees_inputs=True,
                 local_names=frozenset(),
                 # A prompt_file that pulls itself in is a cycle too.
@@ -262,7 +294,23 @@ class TemplateEngine:
             raise ConfigError(list(check.diagnostics))
 
         sources = dict(check.sources)
-        links = check.links
+        variables = frozenset(check.variables)
+        if len(self._checked) >= _CHECKED_KEPT:
+            self._checked.clear()
+        stamps = {key: _file_stamp(key) for key in sources}
+        self._checked[checked_key] = (variables, sources, dict(check.links), stamps)
+        return self._compiled(source, template_name, origin, variables, sources, check.links)
+
+    @staticmethod
+    def _compiled(
+        source: str,
+        template_name: str,
+        origin: TextOrigin,
+        variables: frozenset[str],
+        sources: Mapping[str, str],
+        links: Mapping[tuple[str, str], str],
+    ) -> CompiledTemplate:
+        from openprogram_yaml.compile import _jinja
 
         def build() -> Template:
             env = _jinja.PromptSandbox(loader=_jinja.SnapshotLoader(sources), links=links)
@@ -276,7 +324,7 @@ class TemplateEngine:
         return CompiledTemplate(
             name=template_name,
             source=source,
-            variables=frozenset(check.variables),
+            variables=variables,
             files=frozenset(files.values()),
             origin=origin,
             _build=build,
