@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, Diagnostic
+from ..errors import Diagnostic
 from ..runtime.validation import SchemaValidator
 from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument, PartialDocument
@@ -77,15 +77,7 @@ def _template(
         assert inline is not None
         origin = source.origin(loc)
         text = inline
-    try:
-        compiled = engine.compile(
-            text, origin=origin, declared=frozenset(declared), name=name, declared_by=declared_by
-        )
-    except ConfigError as exc:
-        col.diagnostics.extend(exc.diagnostics)
-        return None
-    col.files.update(compiled.files)
-    return compiled
+    return col.template(engine, text, origin, declared, name, declared_by)
 
 
 def _response_format(

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import Diagnostic
+from ..errors import ConfigError, Diagnostic
+from ..spec.positions import TextOrigin
 from ..spec.yamlread import Loc, SourceMap
 
 if TYPE_CHECKING:
     from ..runtimes.select import ProviderConfig
     from ..spec.models import ToolsetSpec
     from .program import RuntimeRule
+    from .templates import CompiledTemplate, TemplateEngine
 
 __all__ = ["Collector", "ProjectContext"]
 
@@ -28,6 +30,30 @@ class Collector:
     def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
         pos = source.at(loc, key=key)
         self.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
+
+    def template(
+        self,
+        engine: TemplateEngine,
+        text: str,
+        origin: TextOrigin,
+        declared: Iterable[str],
+        name: str,
+        declared_by: str,
+    ) -> CompiledTemplate | None:
+        """Compile a template, keeping its problems and the files it pulls in."""
+        try:
+            compiled = engine.compile(
+                text,
+                origin=origin,
+                declared=frozenset(declared),
+                name=name,
+                declared_by=declared_by,
+            )
+        except ConfigError as exc:
+            self.diagnostics.extend(exc.diagnostics)
+            return None
+        self.files.update(compiled.files)
+        return compiled
 
 
 @dataclass(frozen=True, slots=True)

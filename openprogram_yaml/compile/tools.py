@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, ToolError
+from ..errors import ToolError
 from ..spec.loader import AgentDocument
 from ..spec.models import AgentToolSpec
 from ..spec.yamlread import Loc
@@ -39,19 +39,8 @@ def _compile_text(
     declared: Iterable[str],
     name: str,
 ) -> CompiledTemplate | None:
-    try:
-        compiled = engine.compile(
-            text,
-            origin=doc.source.origin(loc),
-            declared=frozenset(declared),
-            name=name,
-            declared_by="the tool's parameters",
-        )
-    except ConfigError as exc:
-        col.diagnostics.extend(exc.diagnostics)
-        return None
-    col.files.update(compiled.files)
-    return compiled
+    origin = doc.source.origin(loc)
+    return col.template(engine, text, origin, declared, name, "the tool's parameters")
 
 
 def _compile_value(

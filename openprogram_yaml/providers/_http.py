@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import email.utils
 import ipaddress
 import json
 import os
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import ErrorReason
+from ..runtimes.failures import classify_status, is_quota_text, retry_after_from_headers
 from ..runtimes.protocol import RuntimeDelta, RuntimeResult, TurnFailure
 
 if TYPE_CHECKING:
@@ -59,7 +59,6 @@ __all__ = [
     "iter_lines",
     "iter_sse",
     "make_client",
-    "parse_retry_after",
     "redact",
     "request_timeout",
     "stream_via_run_turn",
@@ -398,8 +397,6 @@ class ClientPool(Generic[C]):
 
 # --- failures --------------------------------------------------------------------------
 
-_QUOTA_MARKERS = ("insufficient_quota", "quota", "billing")
-
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every secret replaced by ``***``."""
@@ -407,34 +404,6 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
         if secret and len(secret) >= 4 and secret in text:
             text = text.replace(secret, REDACTED)
     return text
-
-
-def parse_retry_after(
-    headers: Mapping[str, str], now: Callable[[], float] = time.time
-) -> float | None:
-    """Seconds to wait from ``retry-after-ms``, or ``Retry-After`` (seconds or HTTP-date)."""
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            ms = float(value)
-        except ValueError:
-            pass
-        else:
-            if ms >= 0:
-                return ms / 1000.0
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        return max(0.0, when.timestamp() - now())
-    return seconds if seconds >= 0 else None
 
 
 def _error_text(body: bytes | str) -> str:
@@ -454,11 +423,6 @@ def _error_text(body: bytes | str) -> str:
     return text.strip()[:MAX_ERROR_TEXT]
 
 
-def _is_quota(body: bytes | str) -> bool:
-    text = (body.decode("utf-8", "replace") if isinstance(body, bytes) else body).lower()
-    return any(marker in text for marker in _QUOTA_MARKERS)
-
-
 def failure_from_status(
     status: int,
     headers: Mapping[str, str],
@@ -473,32 +437,17 @@ def failure_from_status(
     401/403 auth and 400/404/413/422 invalid requests are final; 429 is a retryable rate
     limit unless the body speaks of quota or billing; 408, 409 and 5xx are retryable.
     """
-    retry_after = parse_retry_after(headers, now)
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    retry_after = retry_after_from_headers(headers, now=now())
     detail = _error_text(body)
-    if status in (401, 403):
-        reason, retryable = ErrorReason.AUTH, False
-    elif status == 402:
-        reason, retryable = ErrorReason.QUOTA, False
-    elif status == 429:
-        if _is_quota(body):
-            reason, retryable = ErrorReason.QUOTA, False
-        else:
-            reason, retryable = ErrorReason.RATE_LIMIT, True
-    elif status == 408:
-        reason, retryable = ErrorReason.TIMEOUT, True
-    elif status == 409 or status >= 500:
-        reason, retryable = ErrorReason.SERVER_ERROR, True
-    elif 400 <= status < 500:
-        reason, retryable = ErrorReason.INVALID_REQUEST, False
-    else:
-        reason, retryable = ErrorReason.UNKNOWN, False
-    message = f"{provider}: HTTP {status} {reason.value}"
+    reason, retryable = classify_status(status, text)
+    message = f"{provider}: HTTP {status} {reason}"
     if detail:
         message += f": {detail}"
     if retry_after is not None and retryable:
         message += f" (retry after {retry_after:g}s)"
     return TurnFailure(
-        reason=reason.value,
+        reason=reason,
         message=redact(message, secrets),
         retryable=retryable,
         http_status=status,
@@ -539,7 +488,7 @@ def failure_from_body_error(
         failure.message = redact(failure.message, secrets)
         return failure
     reason, retryable = _BODY_ERROR_TYPES.get(kind, (ErrorReason.SERVER_ERROR, True))
-    if kind not in _BODY_ERROR_TYPES and _is_quota(detail):
+    if kind not in _BODY_ERROR_TYPES and is_quota_text(detail):
         reason, retryable = ErrorReason.QUOTA, False
     message = f"{provider}: {kind or 'error'}: {detail[:MAX_ERROR_TEXT]}"
     return TurnFailure(reason.value, redact(message, secrets), retryable)

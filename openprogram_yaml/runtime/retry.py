@@ -7,14 +7,17 @@ bound, jittered upwards only so that many clients told the same time do not retu
 
 from __future__ import annotations
 
-import email.utils
 import os
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from openprogram_yaml.errors import ErrorReason, LLMError
+from openprogram_yaml.runtimes.failures import (
+    classify_status,
+    parse_retry_after,
+    retry_after_from_headers,
+)
 from openprogram_yaml.runtimes.protocol import TurnFailure
 
 __all__ = [
@@ -125,63 +128,6 @@ def backoff_delay(
     if retry_after_s is not None and retry_after_s > 0:
         delay = max(delay, retry_after_s * (1.0 + 0.25 * rand()))
     return delay
-
-
-_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$", re.IGNORECASE)
-
-
-def parse_retry_after(value: str | float | None, *, now: float | None = None) -> float | None:
-    """Seconds from a Retry-After value: seconds, ``"<n>ms"`` or an HTTP-date; None if unusable.
-
-    ``now`` is the wall-clock time (``time.time()``) an HTTP-date is measured from.
-    """
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value) if value >= 0 else None
-    match = _NUMBER.match(value)
-    if match:
-        number = float(match.group(1))
-        return number / 1000.0 if (match.group(2) or "").lower() == "ms" else number
-    try:
-        when = email.utils.parsedate_to_datetime(value.strip())
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
-def retry_after_from_headers(
-    headers: Mapping[str, str], *, now: float | None = None
-) -> float | None:
-    """The hint in ``retry-after-ms`` (milliseconds) or ``retry-after`` response headers."""
-    lowered = {k.lower(): v for k, v in headers.items()}
-    ms = lowered.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000.0)
-        except ValueError:
-            pass
-    return parse_retry_after(lowered.get("retry-after"), now=now)
-
-
-def classify_status(status: int, text: str = "") -> tuple[str, bool]:
-    """``(reason, retryable)`` for an HTTP status code (``text`` is the error body, if any)."""
-    lowered = text.lower()
-    if status in (401, 403):
-        return ErrorReason.AUTH.value, False
-    if status == 402 or (status == 429 and ("insufficient_quota" in lowered or "quota" in lowered)):
-        return ErrorReason.QUOTA.value, False
-    if status == 429:
-        return ErrorReason.RATE_LIMIT.value, True
-    if status == 408:
-        return ErrorReason.TIMEOUT.value, True
-    if status in (409, 425) or status >= 500:
-        return ErrorReason.SERVER_ERROR.value, True
-    if 400 <= status < 500:
-        return ErrorReason.INVALID_REQUEST.value, False
-    return ErrorReason.UNKNOWN.value, True
 
 
 # Ordered: the first pattern that matches decides. Checked against "ClassName: message".

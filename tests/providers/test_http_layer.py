@@ -19,9 +19,9 @@ from openprogram_yaml.providers._http import (
     failure_from_status,
     is_local_url,
     iter_sse,
-    parse_retry_after,
     redact,
 )
+from openprogram_yaml.runtimes.failures import retry_after_from_headers
 
 
 @pytest.mark.parametrize(
@@ -65,17 +65,17 @@ def test_error_message_carries_the_servers_words() -> None:
 
 
 def test_retry_after_seconds_ms_and_http_date() -> None:
-    assert parse_retry_after({"retry-after": "7"}) == 7.0
-    assert parse_retry_after({"retry-after": "1.5"}) == 1.5
-    assert parse_retry_after({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
+    assert retry_after_from_headers({"retry-after": "7"}) == 7.0
+    assert retry_after_from_headers({"retry-after": "1.5"}) == 1.5
+    assert retry_after_from_headers({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
     now = 1_700_000_000.0
     date = email.utils.formatdate(now + 30, usegmt=True)
-    assert parse_retry_after({"retry-after": date}, now=lambda: now) == pytest.approx(30.0)
+    assert retry_after_from_headers({"retry-after": date}, now=now) == pytest.approx(30.0)
     past = email.utils.formatdate(now - 30, usegmt=True)
-    assert parse_retry_after({"retry-after": past}, now=lambda: now) == 0.0
-    assert parse_retry_after({"retry-after": "soon"}) is None
-    assert parse_retry_after({"retry-after": "-3"}) is None
-    assert parse_retry_after({}) is None
+    assert retry_after_from_headers({"retry-after": past}, now=now) == 0.0
+    assert retry_after_from_headers({"retry-after": "soon"}) is None
+    assert retry_after_from_headers({"retry-after": "-3"}) is None
+    assert retry_after_from_headers({}) is None
 
 
 def test_retry_after_only_on_retryable_failures() -> None:
