@@ -54,6 +54,13 @@ def verdict(ok: bool) -> str:
     return "PASS" if ok else "MISS"
 
 
-def report(name: str, figure: str, goal: str, ok: bool) -> None:
-    """One line: what was measured, the goal beside it, and whether it is met."""
+def report(name: str, figure: str, goal: str = "", ok: bool | None = None) -> None:
+    """One line: what was measured, the goal beside it, and whether it is met.
+
+    A figure that is only a side of a ratio (a baseline, a comparison) has no goal and no
+    verdict of its own.
+    """
+    if ok is None:
+        print(f"  {name:<44} {figure:>22}   {goal}".rstrip(), flush=True)
+        return
     print(f"  {name:<44} {figure:>22}   goal {goal:<22} {verdict(ok)}", flush=True)

@@ -99,14 +99,14 @@ def main() -> None:
             except TimeoutError:
                 httpx_s = float("inf")
     print(f"concurrency: {n} concurrent runs at 100 ms latency, median of {args.rounds} rounds")
-    report("bare aiohttp wall time", f"{median(bare):.3f} s", "(baseline)", True)
-    report("Runtime.async_exec wall time", f"{median(ours):.3f} s", "", True)
+    report("bare aiohttp wall time", f"{median(bare):.3f} s", "(baseline)")
+    report("Runtime.async_exec wall time", f"{median(ours):.3f} s")
     ratio = median(ratios)
     report("Runtime / bare aiohttp", f"{ratio:.2f}x", "<= 1.3x", ratio <= 1.3)
     report("failed runs (all rounds, both sides)", str(failures), "0", failures == 0)
     report("Python heap per in-flight run", f"{per_run / 1024:.1f} KB", "< 100 KB", per_run < 100e3)
     if httpx_s is not None:
-        report("Runtime over httpx default transport", f"{httpx_s:.2f} s", "(for comparison)", True)
+        report("Runtime over httpx default transport", f"{httpx_s:.2f} s", "(for comparison)")
 
 
 if __name__ == "__main__":

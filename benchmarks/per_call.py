@@ -125,17 +125,16 @@ def main() -> None:
     ratios = [e / a for e, a in zip(figures["exec"], figures["aiohttp"], strict=True)]
     ratio = median(ratios)
     print(f"per_call: {n} sequential calls, median of {args.rounds} rounds (ms per call)")
-    report("bare aiohttp", f"{ms['aiohttp']:.3f} ms", "(baseline)", True)
-    report("Runtime.exec (aiohttp transport)", f"{ms['exec']:.3f} ms", "", True)
+    report("bare aiohttp", f"{ms['aiohttp']:.3f} ms", "(baseline)")
+    report("Runtime.exec (aiohttp transport)", f"{ms['exec']:.3f} ms")
     report("Runtime.exec / bare aiohttp", f"{ratio:.2f}x", "<= 1.3x", ratio <= 1.3)
     if "httpx" in ms:
-        report("bare httpx (default transport)", f"{ms['httpx']:.3f} ms", "(for comparison)", True)
+        report("bare httpx (default transport)", f"{ms['httpx']:.3f} ms", "(for comparison)")
         r2 = median([e / a for e, a in zip(figures["exec_httpx"], figures["aiohttp"], strict=True)])
         report(
             "Runtime.exec over httpx default / aiohttp",
             f"{ms['exec_httpx']:.3f} ms {r2:.2f}x",
             "(for comparison)",
-            True,
         )
 
 

@@ -7,9 +7,12 @@ openprogram_yaml`` (and the command line's start-up) stays fast.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
+# Not from `typing`: importing it costs start-up time; mypy reads TYPE_CHECKING by name.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from .compile.program import Agent, Method, Program
     from .compile.project import compile_agent_files, compile_path
     from .errors import (

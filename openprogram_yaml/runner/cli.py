@@ -7,11 +7,15 @@ Exit status: 0 success, 1 the run failed (an ``LLMError``, a ``DecisionError``, 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+
+# `typing` and `json` cost milliseconds that `--help` need not pay: type names are for the
+# checker only (mypy reads TYPE_CHECKING by name), and json is imported where it is used.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, NoReturn, TextIO
 
 __all__ = ["main"]
 
@@ -98,6 +102,8 @@ def _print_config_error(exc: Any) -> int:
 
 
 def _parse_inputs(args: argparse.Namespace, method: Any) -> dict[str, Any]:
+    import json
+
     from ..errors import UsageError
 
     inputs: dict[str, Any] = {}
@@ -134,6 +140,8 @@ def _parse_inputs(args: argparse.Namespace, method: Any) -> dict[str, Any]:
 
 
 def _format_output(output: Any) -> str:
+    import json
+
     if isinstance(output, str):
         return output
     return json.dumps(output, indent=2, ensure_ascii=False)
@@ -313,6 +321,8 @@ def _selector_wrapper(
 
 
 def _cmd_render(argv: Sequence[str]) -> int:
+    import json
+
     p = _run_parser()
     p.prog = "openprogram-run render"
     p.description = "Print the messages, tools and response format a method would send."
@@ -508,6 +518,8 @@ def _cmd_check(argv: Sequence[str]) -> int:
 
 
 def _cmd_schema(argv: Sequence[str]) -> int:
+    import json
+
     p = _Parser(prog="openprogram-run schema", description="Print the JSON Schema of the format.")
     p.add_argument(
         "kind",
@@ -524,6 +536,8 @@ def _cmd_schema(argv: Sequence[str]) -> int:
 
 
 def _cmd_runtimes(argv: Sequence[str]) -> int:
+    import json
+
     p = _Parser(prog="openprogram-run runtimes", description="List registered runtimes.")
     p.add_argument("--json", action="store_true", help="print JSON")
     args = p.parse_args(argv)
@@ -552,6 +566,8 @@ def _cmd_runtimes(argv: Sequence[str]) -> int:
 
 
 def _jsonable(value: Any) -> bool:
+    import json
+
     try:
         json.dumps(value)
     except (TypeError, ValueError):
