@@ -68,6 +68,26 @@ def _compile_value(
     return value
 
 
+def _url_problem(url: str) -> str | None:
+    """What is wrong with an http tool's URL, as far as its literal start shows.
+
+    A URL whose scheme comes from a template is checked when the tool runs instead.
+    """
+    literal = url.split("{", 1)[0]
+    if not literal:
+        return None
+    scheme, sep, _ = literal.partition("://")
+    if not sep:
+        if "{" in url:
+            return None  # the scheme may still come from the template
+        return f"'{url}' is not a URL; write it as http://… or https://…"
+    if scheme.lower() not in ("http", "https"):
+        return (
+            f"'{scheme}://' URLs are refused; an http tool only sends http:// or https:// requests"
+        )
+    return None
+
+
 def _error(col: Collector, doc: AgentDocument, loc: Loc, message: str) -> None:
     col.at(doc.source, loc, message)
 
@@ -113,6 +133,9 @@ def _build_one(
             return built if len(col.diagnostics) == before else None
         if tool.http is not None:
             http = tool.http
+            problem = _url_problem(http.url)
+            if problem is not None:
+                _error(col, doc, (*loc, "http", "url"), problem)
             url = _compile_text(engine, col, doc, http.url, (*loc, "http", "url"), declared, name)
             headers = {
                 k: _compile_text(engine, col, doc, v, (*loc, "http", "headers", k), declared, name)

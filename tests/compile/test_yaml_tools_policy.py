@@ -106,3 +106,33 @@ def test_bad_toolsets_are_positioned_errors(write, change, expected) -> None:
     [diag] = info.value.diagnostics
     assert expected in diag.message
     assert diag.line > 0 and diag.col > 0
+
+
+@pytest.mark.parametrize(
+    ("tool", "line", "col", "expected"),
+    [
+        ("http: {url: 'file:///etc/passwd'}", 6, 17, "'file://' URLs are refused"),
+        ("http: {url: 'ftp://host/{{ id }}'}", 6, 17, "'ftp://' URLs are refused"),
+        ("command: [no-such-program-xyz, '{{ id }}']", 6, 14, "was not found on PATH"),
+        ("python: os:system", 6, 13, "standard library"),
+    ],
+)
+def test_tool_mistakes_known_at_check_time(write, tool, line, col, expected) -> None:
+    path = write(
+        "tools.yaml",
+        f"""
+        version: 1
+        name: t
+        tools:
+          bad:
+            parameters: {{type: object, properties: {{id: {{type: string}}}}}}
+            {tool}
+        methods:
+          m: {{prompt: hi}}
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        compile_path(path)
+    [diag] = info.value.diagnostics
+    assert expected in diag.message
+    assert (diag.line, diag.col) == (line, col)

@@ -58,3 +58,39 @@ def test_two_models_two_runtimes(write, capsys) -> None:
     assert o_req.path == "/v1/chat/completions" and o_req.json["model"] == "llama3"
     assert a_req.path == "/v1/messages" and a_req.json["model"] == "claude-sonnet-4-5"
     assert a_req.headers["x-api-key"] == "k-test-1"
+
+
+def test_a_repository_provider_serves_its_models(write, capsys, monkeypatch) -> None:
+    """openprogram.yaml names a provider (base URL, the variable holding its key); an agent
+    using "local:MODEL" reaches it with no rule of its own."""
+    monkeypatch.setenv("LOCAL_GATEWAY_KEY", "lk-0123456789")
+    with LoopbackServer() as server:
+        server.add(json_reply(openai_body("from the local provider")))
+        project = write(
+            "repo/openprogram.yaml",
+            f"""
+            version: 1
+            agents: [agents/*.yaml]
+            providers:
+              local:
+                runtime: openai
+                base_url: "{server.url}/v1"
+                api_key_env: LOCAL_GATEWAY_KEY
+            """,
+        )
+        write(
+            "repo/agents/ask.yaml",
+            """
+            version: 1
+            name: ask
+            model: local:llama3
+            methods:
+              say: {prompt: hello}
+            """,
+        )
+        assert main([str(project.parent), "ask.say", "--json"]) == 0
+        record = json.loads(capsys.readouterr().out)
+        [request] = server.requests
+    assert record["output"] == "from the local provider"
+    assert request.json["model"] == "llama3"
+    assert request.headers["authorization"] == "Bearer lk-0123456789"
