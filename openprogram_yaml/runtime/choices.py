@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openprogram_yaml.errors import DecisionError
+from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.schemas import validator_for
 from openprogram_yaml.runtime.terminal import UNSET, Done, Redo, Unset
 from openprogram_yaml.runtime.toolloop import call_maybe_async
@@ -340,7 +341,7 @@ class ChoiceTerminal:
             + "".join(f"- {i}\n" for i in error.issues)
             + "Pick again."
         )
-        assistant = Message("assistant", result.content, list(result.tool_calls))
+        assistant = assistant_reply(result)
         if result.tool_calls:
             replies = [
                 Message("tool", feedback, tool_call_id=c.id, name=c.name, is_error=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from openprogram_yaml.runtimes.protocol import Message
+from openprogram_yaml.runtimes.protocol import Message, RuntimeResult
 
 __all__ = ["render_content"]
 
@@ -60,3 +60,19 @@ def render_content(content: str | Sequence[Any]) -> tuple[Message, list[str]]:
     if len(blocks) == 1 and set(blocks[0]) == {"type", "text"}:
         return Message("user", str(blocks[0]["text"])), system
     return Message("user", blocks), system
+
+
+def assistant_reply(result: RuntimeResult) -> Message:
+    """The model's reply as the assistant message the conversation continues from.
+
+    Signed thinking blocks a runtime returned (``metadata["thinking_blocks"]``, Anthropic's
+    extended thinking) go back first and unchanged: with tool use, the provider refuses a
+    continuation that drops them.
+    """
+    blocks = result.metadata.get("thinking_blocks") if result.metadata else None
+    if not blocks:
+        return Message("assistant", result.content, list(result.tool_calls))
+    content: list[dict[str, Any]] = [dict(b) for b in blocks]
+    if result.content:
+        content.append({"type": "text", "text": result.content})
+    return Message("assistant", content, list(result.tool_calls))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from openprogram_yaml.errors import ErrorReason, LLMError
 from openprogram_yaml.runtime.choices import ChoiceTerminal, resolve_choice
+from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.retry import (
     RecoveryBudget,
     RetryInfo,
@@ -180,7 +181,7 @@ class ExecRun:
                         f"{len(result.tool_calls)} tool call(s) pending",
                         ErrorReason.MAX_ITERATIONS,
                     )
-                self.messages.append(Message("assistant", result.content, list(result.tool_calls)))
+                self.messages.append(assistant_reply(result))
                 self.messages.extend(await self.runner.run(result.tool_calls))
                 continue
             if isinstance(outcome, Done):

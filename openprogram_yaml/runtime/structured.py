@@ -25,6 +25,7 @@ from openprogram_yaml.errors import (
     StructuredOutputUnsupportedError,
     StructuredOutputValidationError,
 )
+from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.schemas import validator_for
 from openprogram_yaml.runtime.terminal import UNSET, Done, Redo
 from openprogram_yaml.runtime.validation import SchemaValidator
@@ -296,7 +297,7 @@ class StructuredTerminal:
         )
         note = "Your previous reply was cut off. Reply again, completely and more concisely."
         messages = [
-            Message("assistant", result.content, list(result.tool_calls)),
+            assistant_reply(result),
             Message("user", note),
         ]
         return Redo(messages, error.code, error.issues, error)
@@ -325,7 +326,7 @@ class StructuredTerminal:
             note = f"Call the `{SUBMIT_TOOL}` tool with your final answer."
             messages = [Message("assistant", result.content), Message("user", note)]
             return Redo(messages, error.code, error.issues, error)
-        assistant = Message("assistant", result.content, list(result.tool_calls))
+        assistant = assistant_reply(result)
         if len(result.tool_calls) > 1:
             error = StructuredOutputValidationError(
                 f"{SUBMIT_TOOL} must be the only tool call in its turn",

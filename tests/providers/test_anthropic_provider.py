@@ -579,3 +579,54 @@ def test_secrets_never_leak(server: LoopbackServer, caplog: pytest.LogCaptureFix
     seen = " ".join([repr(runtime), repr(result), json.dumps(result.metadata), caplog.text])
     assert secret not in seen
     assert server.requests[0].headers["x-api-key"] == secret
+
+
+def test_thinking_blocks_go_back_with_tool_results_through_runtime_exec(
+    server: LoopbackServer,
+) -> None:
+    """With extended thinking and tools, the signed thinking block of the turn that called a
+    tool must be sent back, first and unchanged, with the tool result."""
+    from openprogram_yaml.runtime.runtime import Runtime
+    from openprogram_yaml.runtimes.select import ProviderConfig, RuntimeSelector
+
+    thinking = {"type": "thinking", "thinking": "Need the weather.", "signature": "sig-abc123"}
+    server.add(
+        json_reply(
+            {
+                "id": "msg_1", "type": "message", "role": "assistant",
+                "model": "claude-sonnet-4-5", "stop_reason": "tool_use", "stop_sequence": None,
+                "content": [
+                    thinking,
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                     "input": {"location": "Paris"}},
+                ],
+                "usage": {"input_tokens": 20, "output_tokens": 9},
+            }
+        ),
+        json_reply(
+            {
+                "id": "msg_2", "type": "message", "role": "assistant",
+                "model": "claude-sonnet-4-5", "stop_reason": "end_turn", "stop_sequence": None,
+                "content": [{"type": "text", "text": "Sunny in Paris."}],
+                "usage": {"input_tokens": 40, "output_tokens": 5},
+            }
+        ),
+    )  # fmt: skip
+    weather = {
+        "spec": {"name": WEATHER.name, "description": WEATHER.description,
+                 "parameters": WEATHER.parameters},
+        "execute": lambda location: f"sunny in {location}",
+    }  # fmt: skip
+    selector = RuntimeSelector(
+        providers={"anthropic": ProviderConfig("anthropic", base_url=server.url, api_key=KEY)}
+    )
+    with Runtime(model="anthropic:claude-sonnet-4-5", runtimes=selector, tools=[weather]) as rt:
+        assert rt.exec("Weather in Paris?") == "Sunny in Paris."
+    asyncio.run(selector.aclose())
+    follow_up = server.requests[1].json
+    assistant = follow_up["messages"][1]
+    assert assistant["role"] == "assistant"
+    assert assistant["content"][0] == thinking
+    assert assistant["content"][1]["type"] == "tool_use"
+    assert follow_up["messages"][2]["content"][0]["type"] == "tool_result"
+    assert_valid_request(MessageCreateParamsNonStreaming, follow_up)
