@@ -294,12 +294,14 @@ class RuntimeRegistry:
         assert self._group is not None
         found = list(entry_points(group=self._group))
         order = list(_BUILTINS_UNINSTALLED)
+        # Ours point into this package: telling them apart by their target, not by reading
+        # every distribution's METADATA, keeps start-up fast.
         own = sorted(
-            (ep for ep in found if _dist_name(ep) == _OWN_DISTRIBUTION),
+            (ep for ep in found if _is_own(ep)),
             key=lambda ep: (order.index(ep.name) if ep.name in order else len(order), ep.name),
         )
         plugins = sorted(
-            (ep for ep in found if _dist_name(ep) != _OWN_DISTRIBUTION),
+            (ep for ep in found if not _is_own(ep)),
             key=lambda ep: (_dist_name(ep) or "", ep.name),
         )
         if self._group == ENTRY_POINT_GROUP and not own and not _own_installed():
@@ -313,11 +315,20 @@ class RuntimeRegistry:
             self._add_entry_point(ep, builtin=False)
 
     def _add_entry_point(self, ep: EntryPoint, *, builtin: bool) -> None:
-        dist = ep.dist
+        distribution: str | None
+        version: str | None
+        if builtin:
+            from .. import __version__
+
+            distribution, version = _OWN_DISTRIBUTION, __version__
+        else:
+            dist = ep.dist
+            distribution = dist.name if dist is not None else None
+            version = dist.version if dist is not None else None
         metadata: dict[str, Any] = {
             "origin": "builtin" if builtin else "plugin",
-            "distribution": dist.name if dist is not None else None,
-            "version": dist.version if dist is not None else None,
+            "distribution": distribution,
+            "version": version,
             "entry_point": ep.value,
         }
         if ep.name in self._entries:
@@ -370,6 +381,10 @@ class RuntimeRegistry:
         registration.is_factory = is_factory
         registration.entry_point = None
         return True
+
+
+def _is_own(ep: EntryPoint) -> bool:
+    return ep.value.startswith("openprogram_yaml.")
 
 
 def _dist_name(ep: EntryPoint) -> str | None:
