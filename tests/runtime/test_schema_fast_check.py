@@ -69,7 +69,7 @@ def random_schema(rng: random.Random, depth: int = 0) -> dict[str, Any]:
 def test_fast_check_never_accepts_an_invalid_schema() -> None:
     rng = random.Random(20261130)
     fast = agreed = 0
-    for _ in range(3000):
+    for _ in range(1200):
         schema = random_schema(rng)
         if _plainly_valid(schema):
             fast += 1
@@ -77,8 +77,8 @@ def test_fast_check_never_accepts_an_invalid_schema() -> None:
         # Whatever path it takes, the public answer matches jsonschema's.
         assert (schema_issues(schema) == []) == meta_valid(schema), schema
         agreed += 1
-    assert fast > 500  # the fast path is really taken for ordinary schemas
-    assert agreed == 3000
+    assert fast > 200  # the fast path is really taken for ordinary schemas
+    assert agreed == 1200
 
 
 def test_errors_still_come_with_paths_and_words() -> None:
