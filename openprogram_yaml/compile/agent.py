@@ -24,7 +24,7 @@ from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
 from .paths import display_path, resolve_inside
 from .program import Agent, ChoiceOption, ExecOptions, Method, RetryPolicy, RuntimeRule
-from .schemas import bundle_schema, envelope_problems, split_envelope
+from .schemas import envelope_problems, split_envelope
 from .templates import CompiledTemplate, TemplateEngine
 from .tools import build_tools
 from .toolsets import check_tool_selection, compile_toolsets
@@ -97,19 +97,12 @@ def _response_format(
     for key, problem in envelope_problems(options):
         col.at(doc.source, (*loc, key), problem)
         ok = False
-    bundle = bundle_schema(
-        schema,
-        base_file=doc.path,
-        root=ctx.root,
-        search=ctx.schema_dirs,
-        source=doc.source,
-        loc=schema_loc,
+    bundled, valid = col.schema(
+        schema, ctx=ctx, base_file=doc.path, source=doc.source, loc=schema_loc
     )
-    col.files.update(bundle.files)
-    if bundle.diagnostics:
-        col.diagnostics.extend(bundle.diagnostics)
+    if not valid:
         return None, False
-    envelope: dict[str, Any] = {"schema": bundle.schema, **options}
+    envelope: dict[str, Any] = {"schema": bundled, **options}
     if "max_validation_retries" not in envelope and spec.retry.max_validation_retries is not None:
         envelope["max_validation_retries"] = spec.retry.max_validation_retries
     return envelope, ok
@@ -130,19 +123,11 @@ def _compile_method(
     ok = True
     properties: dict[str, Any] = {}
     for input_name, schema in method.inputs.items():
-        bundle = bundle_schema(
-            schema,
-            base_file=doc.path,
-            root=ctx.root,
-            search=ctx.schema_dirs,
-            source=doc.source,
-            loc=(*loc, "inputs", input_name),
+        bundled, valid = col.schema(
+            schema, ctx=ctx, base_file=doc.path, source=doc.source, loc=(*loc, "inputs", input_name)
         )
-        col.files.update(bundle.files)
-        if bundle.diagnostics:
-            col.diagnostics.extend(bundle.diagnostics)
-            ok = False
-        properties[input_name] = bundle.schema
+        ok = ok and valid
+        properties[input_name] = bundled
     required = [n for n, s in properties.items() if not (isinstance(s, dict) and "default" in s)]
     input_schema = {
         "type": "object",
@@ -257,19 +242,10 @@ def _choices(
             ok = False
         schema = option.schema_
         if schema is not None:
-            bundle = bundle_schema(
-                schema,
-                base_file=doc.path,
-                root=ctx.root,
-                search=ctx.schema_dirs,
-                source=doc.source,
-                loc=(*loc, "schema"),
+            schema, valid = col.schema(
+                schema, ctx=ctx, base_file=doc.path, source=doc.source, loc=(*loc, "schema")
             )
-            col.files.update(bundle.files)
-            if bundle.diagnostics:
-                col.diagnostics.extend(bundle.diagnostics)
-                ok = False
-            schema = bundle.schema
+            ok = ok and valid
         options.append(
             ChoiceOption(option_name, option.description, option.value, option.method, schema)
         )
@@ -324,7 +300,7 @@ def compile_agent(doc: AgentDocument, ctx: ProjectContext, col: Collector) -> Ag
         if compiled is not None:
             methods[name] = compiled
     toolsets = compile_toolsets(col, doc, ctx.toolsets)
-    tools, method_tool_refs = build_tools(engine, col, doc, ctx.root)
+    tools, method_tool_refs = build_tools(engine, col, doc, ctx)
     rules = tuple(RuntimeRule(r.match, r.runtime, dict(r.options)) for r in spec.runtimes)
     if len(methods) != len(spec.methods):
         return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, Diagnostic
 from ..spec.positions import TextOrigin
@@ -30,6 +30,25 @@ class Collector:
     def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
         pos = source.at(loc, key=key)
         self.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
+
+    def schema(
+        self, value: Any, *, ctx: ProjectContext, base_file: Path, source: SourceMap, loc: Loc
+    ) -> tuple[Any, bool]:
+        """``(bundled schema, ok)``: file ``$ref``s inlined and the result checked as a JSON
+        Schema; problems (at their positions) and the files read are kept."""
+        from .schemas import bundle_schema
+
+        bundle = bundle_schema(
+            value,
+            base_file=base_file,
+            root=ctx.root,
+            search=ctx.schema_dirs,
+            source=source,
+            loc=loc,
+        )
+        self.files.update(bundle.files)
+        self.diagnostics.extend(bundle.diagnostics)
+        return bundle.schema, not bundle.diagnostics
 
     def template(
         self,

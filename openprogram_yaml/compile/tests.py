@@ -21,7 +21,6 @@ from ..spec.positions import Position
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
 from .program import Agent
-from .schemas import bundle_schema
 
 __all__ = ["CompiledTest", "Expectations", "JsonPath", "compile_tests", "parse_json_path"]
 
@@ -124,18 +123,11 @@ def _expectations(
             col.at(source, (*loc, "regex"), f"invalid regular expression: {exc}")
     schema = None
     if spec.schema_ is not None:
-        bundle = bundle_schema(
-            spec.schema_,
-            base_file=base_file,
-            root=ctx.root,
-            search=ctx.schema_dirs,
-            source=source,
-            loc=(*loc, "schema"),
+        bundled, valid = col.schema(
+            spec.schema_, ctx=ctx, base_file=base_file, source=source, loc=(*loc, "schema")
         )
-        col.files.update(bundle.files)
-        col.diagnostics.extend(bundle.diagnostics)
-        if not bundle.diagnostics:
-            schema = SchemaValidator(bundle.schema)
+        if valid:
+            schema = SchemaValidator(bundled)
     paths: dict[str, tuple[JsonPath, Any]] = {}
     for text, expected in (spec.json_path or {}).items():
         parsed = parse_json_path(text)

@@ -14,9 +14,8 @@ from ..errors import ToolError
 from ..spec.loader import AgentDocument
 from ..spec.models import AgentToolSpec
 from ..spec.yamlread import Loc
-from .context import Collector
+from .context import Collector, ProjectContext
 from .paths import resolve_inside
-from .schemas import bundle_schema
 from .templates import CompiledTemplate, TemplateEngine
 
 __all__ = ["build_tools"]
@@ -98,7 +97,7 @@ def _build_one(
     doc: AgentDocument,
     name: str,
     tool: AgentToolSpec,
-    root: Path,
+    ctx: ProjectContext,
 ) -> Any:
     from ..tools import CommandTool, HttpTool, PythonTool
 
@@ -106,16 +105,13 @@ def _build_one(
     before = len(col.diagnostics)
     parameters: dict[str, Any] | None = None
     if tool.parameters is not None:
-        bundle = bundle_schema(
+        parameters, _ = col.schema(
             tool.parameters,
+            ctx=ctx,
             base_file=doc.path,
-            root=root,
             source=doc.source,
             loc=(*loc, "parameters"),
         )
-        col.files.update(bundle.files)
-        col.diagnostics.extend(bundle.diagnostics)
-        parameters = bundle.schema
     declared = _params(parameters)
     description = tool.description or ""
     try:
@@ -125,7 +121,7 @@ def _build_one(
                 description=description,
                 parameters=parameters,
                 ref=tool.python,
-                project_root=root,
+                project_root=ctx.root,
             )
             source = getattr(built, "source_file", None)
             if source is not None:
@@ -167,9 +163,9 @@ def _build_one(
                 _compile_text(engine, col, doc, part, (*loc, "command", i), declared, name)
                 for i, part in enumerate(tool.command)
             ]
-            cwd = root
+            cwd = ctx.root
             if tool.cwd is not None:
-                target, problem = resolve_inside(doc.path, tool.cwd, root)
+                target, problem = resolve_inside(doc.path, tool.cwd, ctx.root)
                 if target is None:
                     _error(col, doc, (*loc, "cwd"), str(problem))
                 elif not target.is_dir():
@@ -186,7 +182,7 @@ def _build_one(
                 cwd=cwd,
                 timeout_s=tool.timeout_s,
                 max_output=tool.max_output_bytes,
-                project_root=root,
+                project_root=ctx.root,
             )
     except (ToolError, ValueError, TypeError) as exc:
         kind = next(k for k in ("python", "http", "command") if getattr(tool, k) is not None)
@@ -203,7 +199,7 @@ def _all_compiled(templates: dict[str, CompiledTemplate | None]) -> dict[str, Co
 
 
 def build_tools(
-    engine: TemplateEngine, col: Collector, doc: AgentDocument, root: Path
+    engine: TemplateEngine, col: Collector, doc: AgentDocument, ctx: ProjectContext
 ) -> tuple[list[Any], dict[str, tuple[str, AgentDocument, Loc]]]:
     """The agent's runnable tools, and its method tools as references to link later."""
     tools: list[Any] = []
@@ -219,7 +215,7 @@ def build_tools(
                 )
             method_refs[name] = (tool.method, doc, ("tools", name, "method"))
             continue
-        built = _build_one(engine, col, doc, name, tool, root)
+        built = _build_one(engine, col, doc, name, tool, ctx)
         if built is not None:
             tools.append(built)
     return tools, method_refs

@@ -150,3 +150,23 @@ def test_repository_mistakes_are_positioned_errors(
     messages = [str(d) for d in info.value.diagnostics]
     assert any(expected in m for m in messages), messages
     assert all(d.line > 0 for d in info.value.diagnostics), messages
+
+
+def test_tool_parameters_find_refs_in_the_schema_folders(tmp_path: Path) -> None:
+    repo = copy_repo(tmp_path)
+    (repo / "schemas" / "query.json").write_text(
+        json.dumps({"type": "object", "properties": {"query": {"type": "string"}},
+                    "required": ["query"]})
+    )  # fmt: skip
+    desk = repo / "agents" / "desk.yaml"
+    text = desk.read_text()
+    old = (
+        "parameters:\n      type: object\n      properties: {query: {type: string, "
+        'minLength: 2, pattern: "^[A-Za-z0-9 ]+$"}}\n      required: [query]'
+    )
+    assert old in text
+    desk.write_text(text.replace(old, "parameters: {$ref: query.json}"))
+    program = compile_path(repo)
+    [search] = [t for t in program.agents["desk"].tools if t.spec.name == "search_docs"]
+    assert search.spec.parameters["required"] == ["query"]
+    assert (repo / "schemas" / "query.json").resolve() in program.files
