@@ -7,6 +7,7 @@ compile, so importing the package stays fast.
 from __future__ import annotations
 
 import json
+import re
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -333,6 +334,44 @@ def _name_uses(tree: nodes.Template) -> dict[int, tuple[int, int]]:
         for ids in by_line.values()
         for ordinal, node_id in enumerate(ids)
     }
+
+
+_SIMPLE_OUTPUT = re.compile(r"\{\{[-+]?\s*([A-Za-z_][A-Za-z0-9_]*)\s*[-+]?\}\}")
+_NOT_VARIABLES = frozenset(
+    {"and", "or", "not", "in", "is", "if", "else", "true", "false", "none", "True", "False",
+     "None"}
+)  # fmt: skip
+
+
+def simple_analysis(environment: PromptSandbox, source: str) -> Analysis | None:
+    """The analysis of a template made only of text and ``{{ name }}`` outputs, without
+    running Jinja's parser and code generator; None for anything else.
+
+    Most prompts are just that, and a repository has one per method: this keeps checking
+    it cheap. Anything unusual (tags, comments, filters, globals, keywords) is None, and
+    ``analyze`` decides.
+    """
+    if "{%" in source or "{#" in source or "\r" in source:
+        return None
+    matches = list(_SIMPLE_OUTPUT.finditer(source))
+    if len(matches) != source.count("{{"):
+        return None
+    reads: list[tuple[str, int]] = []
+    for match in matches:
+        name = match.group(1)
+        if name in _NOT_VARIABLES or name in environment.globals:
+            return None
+        reads.append((name, source.count("\n", 0, match.start()) + 1))
+    per_line: dict[tuple[int, str], int] = {}
+    for name, line in reads:
+        per_line[(line, name)] = per_line.get((line, name), 0) + 1
+    seen: dict[tuple[int, str], int] = {}
+    out: list[Read] = []
+    for name, line in reads:
+        ordinal = seen.get((line, name), 0)
+        seen[(line, name)] = ordinal + 1
+        out.append(Read(name, line, ordinal, per_line[(line, name)]))
+    return Analysis(reads=tuple(out), references=(), failures=(), top_level=frozenset())
 
 
 def analyze(environment: PromptSandbox, source: str, name: str, filename: str) -> Analysis:

@@ -349,7 +349,9 @@ class TemplateEngine:
         try:
             analysis = _analyses.get(source)
             if analysis is None:
-                analysis = _jinja.analyze(env, source, name, origin.path)
+                analysis = _jinja.simple_analysis(env, source) or _jinja.analyze(
+                    env, source, name, origin.path
+                )
                 if len(_analyses) >= _ANALYSES_KEPT:
                     _analyses.clear()
                 _analyses[source] = analysis
