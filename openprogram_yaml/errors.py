@@ -60,6 +60,8 @@ class Diagnostic:
     severity: str = "error"
 
     def __str__(self) -> str:
+        if self.line <= 0:  # the problem is the file (or folder) itself
+            return f"{self.path}: {self.severity}: {self.message}"
         return f"{self.path}:{self.line}:{self.col}: {self.severity}: {self.message}"
 
 

@@ -209,3 +209,9 @@ def test_config_error_exits_2_with_positions_and_no_traceback(write, capsys) -> 
         in err
     )
     assert "Traceback" not in err
+
+
+def test_a_missing_file_is_named_without_a_position(tmp_path, capsys) -> None:
+    missing = tmp_path / "nosuch.yaml"
+    assert main(["check", str(missing)]) == 2
+    assert f"{missing}: error: no such file or folder" in capsys.readouterr().err
