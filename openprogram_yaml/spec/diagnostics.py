@@ -160,7 +160,9 @@ def validation_diagnostics(
                 group.append(msg)
             types_seen[(path, label)] = got
             continue
-        if kind == "literal_error" and loc == ("version",):
+        if kind == "too_short" and loc == ("methods",):
+            msg = "an agent needs at least one method"
+        elif kind == "literal_error" and loc == ("version",):
             msg = f"unsupported version {_short(err.get('input'))}; this release reads version 1"
         elif kind == "value_error":
             msg = msg.removeprefix("Value error, ")

@@ -196,14 +196,16 @@ class _TooLarge(Exception):
         self.pos = pos
 
 
-def _yaml_error_diagnostic(path: str, exc: Exception) -> Diagnostic:
+def _yaml_error_diagnostic(path: str, exc: Exception, text: str = "") -> Diagnostic:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     problem = getattr(exc, "problem", None) or str(exc)
     context = getattr(exc, "context", None)
     message = f"invalid YAML: {problem}"
     if context:
         message += f" ({context})"
-    if "\t" in problem or "tab" in str(problem):
+    index = getattr(mark, "index", None)
+    at_tab = isinstance(index, int) and 0 <= index < len(text) and text[index] == "\t"
+    if at_tab or "\t" in problem or "tab" in str(problem):
         message += "; indent with spaces, not tabs"
     line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
     return Diagnostic(path, line, col, message)
@@ -241,7 +243,7 @@ def load_yaml_text(text: str, path: str) -> Iterator[LoadedYAML]:
             diagnostics.extend(conv.diagnostics)
             docs.append(LoadedYAML(data, conv.source))
     except yaml.YAMLError as exc:
-        diagnostics.append(_yaml_error_diagnostic(path, exc))
+        diagnostics.append(_yaml_error_diagnostic(path, exc, text))
     finally:
         loader.dispose()
     if diagnostics:

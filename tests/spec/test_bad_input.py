@@ -215,3 +215,11 @@ def test_a_missing_file_is_named_without_a_position(tmp_path, capsys) -> None:
     missing = tmp_path / "nosuch.yaml"
     assert main(["check", str(missing)]) == 2
     assert f"{missing}: error: no such file or folder" in capsys.readouterr().err
+
+
+def test_tabs_and_an_agent_without_methods_say_what_to_do(write) -> None:
+    tabs = write("tabs.yaml", "version: 1\nname: t\nmethods:\n\tm: {prompt: hi}\n")
+    line, col, msg = one(tabs)
+    assert (line, col) == (4, 1) and msg.endswith("indent with spaces, not tabs")
+    empty = write("empty.yaml", "version: 1\nname: t\nmethods: {}\n")
+    assert one(empty) == (3, 10, "'methods': an agent needs at least one method")
