@@ -275,6 +275,7 @@ def _remember(
     doc: AgentDocument,
     agent: Agent,
     files: set[Path],
+    folders: set[Path],
     environ: Mapping[str, str],
 ) -> None:
     if len(_cache) >= _CACHE_LIMIT:
@@ -284,7 +285,9 @@ def _remember(
         doc,
         agent,
         frozenset(files),
-        tuple((str(f), _trusted_stamp(f, time.time_ns())) for f in sorted(files, key=str)),
+        tuple(
+            (str(f), _trusted_stamp(f, time.time_ns())) for f in sorted(files | folders, key=str)
+        ),
         tuple((name, environ.get(name)) for name in sorted(doc.env_names)),
     )
 
@@ -378,7 +381,10 @@ def _compile_agent_files(
             if compiled is None:
                 continue
             agent = compiled
-            _remember(path, ctx_key, doc, agent, {path, *agent_col.files}, env)
+            # The folders templates and schemas are looked up in count too: a file added
+            # there can change what an include or a $ref resolves to.
+            lookups = {*ctx.template_dirs, *ctx.schema_dirs, path.parent}
+            _remember(path, ctx_key, doc, agent, {path, *agent_col.files}, lookups, env)
         if agent.name in agents:
             col.at(
                 doc.source,

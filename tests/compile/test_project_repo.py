@@ -170,3 +170,24 @@ def test_tool_parameters_find_refs_in_the_schema_folders(tmp_path: Path) -> None
     [search] = [t for t in program.agents["desk"].tools if t.spec.name == "search_docs"]
     assert search.spec.parameters["required"] == ["query"]
     assert (repo / "schemas" / "query.json").resolve() in program.files
+
+
+def test_recompile_sees_a_new_file_that_shadows_a_schema(tmp_path: Path) -> None:
+    """The compile cache reuses unchanged agents; a file added where a $ref looks first
+    (beside the agent, before the schema folders) is still a change."""
+    import os
+
+    repo = copy_repo(tmp_path)
+    past = 1_700_000_000
+    for folder, _, names in os.walk(repo):
+        for name in [*names, "."]:
+            os.utime(os.path.join(folder, name), (past, past))  # nothing is "just written"
+    first = compile_path(repo)
+    label = first.agents["desk"].methods["classify"].response_format
+    assert label is not None and "priority" in label["schema"]["properties"]
+    (repo / "agents" / "label.json").write_text(
+        json.dumps({"type": "object", "properties": {"mood": {"type": "string"}}})
+    )
+    again = compile_path(repo)
+    label = again.agents["desk"].methods["classify"].response_format
+    assert label is not None and list(label["schema"]["properties"]) == ["mood"]
