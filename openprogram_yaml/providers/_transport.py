@@ -1,0 +1,364 @@
+"""The one home of the providers' HTTP client: settings, the two clients, the pool.
+
+The transport is chosen by measurement (DESIGN.md, benchmarks/README.md): providers talk
+to servers through aiohttp's client (``AiohttpClient``), which served 1,000 concurrent
+loopback runs in about 1.1x bare aiohttp's time where httpx's default transport took 12
+to 45 s, and costs less per call than httpx over any transport. A runtime given an httpx
+``transport=`` (``httpx.MockTransport`` in tests) talks through ``HttpxClient`` instead;
+both answer the same two calls, so the providers' code has one path. ``make_client`` is
+the single place that picks between them. Both libraries are imported lazily.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import aiohttp
+    import httpx
+
+__all__ = [
+    "AiohttpClient",
+    "ClientPool",
+    "HTTPClient",
+    "HTTPSettings",
+    "HttpxClient",
+    "Reply",
+    "Timeouts",
+    "build_client",
+    "iter_lines",
+    "make_client",
+    "request_timeout",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPSettings:
+    """How to build a provider's client. ``headers`` may hold secrets: never print them."""
+
+    base_url: str
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    timeout_s: float | None = 600.0
+    connect_timeout_s: float = 10.0
+    max_connections: int = 200
+    max_keepalive_connections: int = 50
+    keepalive_expiry_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds allowed to connect and between reads (and to wait for a pooled connection)."""
+
+    connect: float | None
+    read: float | None
+
+
+def request_timeout(settings: HTTPSettings, budget_s: float | None) -> Timeouts | None:
+    """A per-request timeout when the caller's budget is shorter than the client's."""
+    if budget_s is None or (settings.timeout_s is not None and budget_s >= settings.timeout_s):
+        return None
+    budget_s = max(budget_s, 0.001)
+    return Timeouts(min(settings.connect_timeout_s, budget_s), budget_s)
+
+
+def _client_timeouts(settings: HTTPSettings) -> Timeouts:
+    connect = settings.connect_timeout_s
+    if settings.timeout_s is not None:
+        connect = min(connect, settings.timeout_s)
+    return Timeouts(connect, settings.timeout_s)
+
+
+class Reply(Protocol):
+    """What a provider reads from a response, whichever client fetched it."""
+
+    status: int
+    headers: Mapping[str, str]
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        ...
+
+    def lines(self) -> AsyncIterator[str]:
+        """The body as text lines, line endings removed (``str.splitlines`` rules)."""
+        ...
+
+
+class HTTPClient(Protocol):
+    """The two calls providers make: one POST, read whole or as a stream."""
+
+    def post(
+        self,
+        path: str,
+        content: bytes,
+        headers: Mapping[str, str] | None,
+        timeout: Timeouts | None,
+    ) -> contextlib.AbstractAsyncContextManager[Reply]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def make_client(
+    settings: HTTPSettings, transport: httpx.AsyncBaseTransport | None = None
+) -> HTTPClient:
+    """The pooled client of one provider configuration on the running loop.
+
+    aiohttp unless an httpx ``transport`` is given (tests use ``httpx.MockTransport``).
+    """
+    if transport is not None:
+        return HttpxClient(build_client(settings, transport))
+    return AiohttpClient(settings)
+
+
+def build_client(
+    settings: HTTPSettings, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    """An httpx client for one provider configuration (used with an explicit transport)."""
+    import httpx
+
+    timeouts = _client_timeouts(settings)
+    return httpx.AsyncClient(
+        base_url=settings.base_url,
+        headers=dict(settings.headers),
+        timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
+        limits=httpx.Limits(
+            max_connections=settings.max_connections,
+            max_keepalive_connections=settings.max_keepalive_connections,
+            keepalive_expiry=settings.keepalive_expiry_s,
+        ),
+        transport=transport,
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+async def iter_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """UTF-8 text lines from a byte stream, split like ``str.splitlines`` (as httpx does)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    pending = ""
+    async for chunk in chunks:
+        text = pending + decoder.decode(chunk)
+        if not text:
+            continue
+        lines = text.splitlines(keepends=True)
+        last = lines[-1]
+        # An unterminated last line waits for more; so does a "\r" that may precede "\n".
+        waits = last.endswith("\r") or last.splitlines()[0] == last
+        pending = lines.pop() if waits else ""
+        for line in lines:
+            yield line.splitlines()[0]
+    text = pending + decoder.decode(b"", final=True)
+    for line in text.splitlines():
+        yield line
+
+
+class _AiohttpReply:
+    """The response of one aiohttp request, entered with ``async with`` (a plain class:
+    cheaper per call than a generator-based context manager)."""
+
+    __slots__ = ("_request", "_response", "headers", "status")
+
+    def __init__(self, request: Any) -> None:
+        self._request = request  # aiohttp's request context manager
+
+    async def __aenter__(self) -> Reply:
+        response: aiohttp.ClientResponse = await self._request.__aenter__()
+        self._response = response
+        self.status: int = response.status
+        self.headers: Mapping[str, str] = response.headers
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self._request.__aexit__(*exc_info)
+
+    async def read(self) -> bytes:
+        return await self._response.read()
+
+    def lines(self) -> AsyncIterator[str]:
+        return iter_lines(self._response.content.iter_any())
+
+
+class AiohttpClient:
+    """A pooled aiohttp ``ClientSession`` for one provider configuration and loop.
+
+    Same settings as the httpx client it replaces: no redirects, no proxy variables,
+    ``connect`` bounds making a connection and ``read`` each wait for data.
+    """
+
+    __slots__ = ("_session", "_timeout", "_urls")
+
+    def __init__(self, settings: HTTPSettings) -> None:
+        import aiohttp
+
+        timeouts = _client_timeouts(settings)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=settings.timeout_s,  # waiting for a pooled connection, as httpx's pool
+            sock_connect=timeouts.connect,
+            sock_read=timeouts.read,
+        )
+        connector = aiohttp.TCPConnector(
+            limit=settings.max_connections,
+            limit_per_host=0,
+            keepalive_timeout=settings.keepalive_expiry_s,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers=dict(settings.headers),
+            timeout=self._timeout,
+            trust_env=False,
+        )
+        self._urls: dict[str, str] = {"": settings.base_url.rstrip("/")}
+
+    def _url(self, path: str) -> str:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = self._urls[""] + "/" + path.lstrip("/")
+        return url
+
+    def post(
+        self,
+        path: str,
+        content: bytes,
+        headers: Mapping[str, str] | None,
+        timeout: Timeouts | None,
+    ) -> contextlib.AbstractAsyncContextManager[Reply]:
+        request_timeout = self._timeout
+        if timeout is not None:
+            import aiohttp
+
+            request_timeout = aiohttp.ClientTimeout(
+                total=None,
+                connect=timeout.read,
+                sock_connect=timeout.connect,
+                sock_read=timeout.read,
+            )
+        return _AiohttpReply(
+            self._session.post(
+                self._url(path),
+                data=content,
+                headers=headers,
+                timeout=request_timeout,
+                allow_redirects=False,
+            )
+        )
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+    def __del__(self) -> None:
+        # Dropped without ``aclose`` (its loop ended first, or the runtime was dropped):
+        # release the sockets quietly, as httpx does, instead of aiohttp's unclosed warnings.
+        session = getattr(self, "_session", None)
+        if session is None or session.closed:
+            return
+        connector = session.connector
+        session.detach()
+        if connector is not None:
+            with contextlib.suppress(Exception):
+                connector._close()
+
+
+class _HttpxReply:
+    __slots__ = ("_response", "headers", "status")
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.status: int = response.status_code
+        self.headers: Mapping[str, str] = response.headers
+
+    async def read(self) -> bytes:
+        return await self._response.aread()
+
+    def lines(self) -> AsyncIterator[str]:
+        return self._response.aiter_lines()
+
+
+class HttpxClient:
+    """An ``httpx.AsyncClient`` behind the same two calls (for an explicit transport)."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    @contextlib.asynccontextmanager
+    async def post(
+        self,
+        path: str,
+        content: bytes,
+        headers: Mapping[str, str] | None,
+        timeout: Timeouts | None,
+    ) -> AsyncIterator[Reply]:
+        import httpx
+
+        request_timeout: Any = httpx.USE_CLIENT_DEFAULT
+        if timeout is not None:
+            request_timeout = httpx.Timeout(timeout.read, connect=timeout.connect)
+        async with self.client.stream(
+            "POST", path, content=content, headers=headers, timeout=request_timeout
+        ) as response:
+            yield _HttpxReply(response)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class _Closeable(Protocol):
+    async def aclose(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closeable)
+
+
+class ClientPool(Generic[C]):
+    """Owns the pooled client of one runtime instance.
+
+    A connection pool belongs to the event loop it was opened on, so a client is kept per
+    loop: a caller that runs each ``exec()`` in a fresh loop (or one loop per thread) still
+    gets a working client, and the common single-loop case is one identity check.
+    """
+
+    __slots__ = ("_clients", "_closed", "_current", "_factory", "_lock")
+
+    def __init__(self, factory: Callable[[], C]) -> None:
+        self._factory = factory
+        # (loop, client) as one tuple: replaced in one store, so threads never see a mix.
+        self._current: tuple[asyncio.AbstractEventLoop, C] | None = None
+        self._clients: dict[asyncio.AbstractEventLoop, C] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def get(self) -> C:
+        """The client for the running loop (created on first use)."""
+        loop = asyncio.get_running_loop()
+        current = self._current
+        if current is not None and current[0] is loop:
+            return current[1]
+        with self._lock:
+            client = self._clients.get(loop)
+            if client is None:
+                # Forget clients of loops that are gone; their sockets went with them.
+                self._clients = {k: v for k, v in self._clients.items() if not k.is_closed()}
+                client = self._clients[loop] = self._factory()
+            self._current = (loop, client)
+        return client
+
+    async def aclose(self) -> None:
+        """Close the client of the running loop and forget the others."""
+        with self._lock:
+            self._closed = True
+            clients, self._clients = self._clients, {}
+            self._current = None
+        client = clients.get(asyncio.get_running_loop())
+        if client is not None:
+            await client.aclose()
