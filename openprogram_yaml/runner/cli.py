@@ -147,13 +147,9 @@ def _format_output(output: Any) -> str:
     return json.dumps(output, indent=2, ensure_ascii=False)
 
 
-def _cmd_run(argv: Sequence[str]) -> int:
-    args = _run_parser().parse_args(argv)
-    import asyncio
-
-    if args.watch:
-        return _cmd_watch(args)
-
+def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any]] | int:
+    """The compiled program, the agent and method the command line names, and its inputs
+    (checked); or the exit status after reporting why not."""
     from ..compile.project import compile_path
     from ..errors import ConfigError, UsageError
 
@@ -161,27 +157,30 @@ def _cmd_run(argv: Sequence[str]) -> int:
         program = compile_path(Path(args.path))
     except ConfigError as exc:
         return _print_config_error(exc)
+    secrets: frozenset[str] = frozenset()
     try:
-        agent, args.method = program.select(args.method, agent=args.agent, path=Path(args.path))
-    except UsageError as exc:
-        _emit(sys.stderr, f"error: {exc}")
-        return 2
-    if args.method is None:
-        if len(agent.methods) == 1:
-            args.method = next(iter(agent.methods))
-        else:
-            _emit(
-                sys.stderr,
-                f"error: name a method of agent '{agent.name}': {', '.join(sorted(agent.methods))}",
-            )
-            return 2
-    try:
-        method = agent.method(args.method)
+        agent, name = program.select(args.method, agent=args.agent, path=Path(args.path))
+        secrets = agent.secrets
+        method = agent.method(name or _only_method_name(agent))
         inputs = _parse_inputs(args, method)
         method.prepare_inputs(inputs)
     except UsageError as exc:
-        _emit(sys.stderr, f"error: {exc}", agent.secrets)
+        _emit(sys.stderr, f"error: {exc}", secrets)
         return 2
+    return program, agent, method, inputs
+
+
+def _cmd_run(argv: Sequence[str]) -> int:
+    args = _run_parser().parse_args(argv)
+    import asyncio
+
+    if args.watch:
+        return _cmd_watch(args)
+
+    loaded = _load_method(args)
+    if isinstance(loaded, int):
+        return loaded
+    program, agent, method, inputs = loaded
 
     from .records import GitStamper, RecordLog, VersionStamp, append_trace, execute_run
 
@@ -329,23 +328,13 @@ def _cmd_render(argv: Sequence[str]) -> int:
     args = p.parse_args(argv)
     import asyncio
 
-    from ..compile.project import compile_path
-    from ..errors import ConfigError, UsageError
     from .records import VersionStamp, execute_run
     from .render import CaptureSelector, format_request
 
-    try:
-        program = compile_path(Path(args.path))
-    except ConfigError as exc:
-        return _print_config_error(exc)
-    try:
-        agent, method_name = program.select(args.method, agent=args.agent, path=Path(args.path))
-        method = agent.method(method_name or _only_method_name(agent))
-        inputs = _parse_inputs(args, method)
-        method.prepare_inputs(inputs)
-    except UsageError as exc:
-        _emit(sys.stderr, f"error: {exc}", agent.secrets if "agent" in locals() else frozenset())
-        return 2
+    loaded = _load_method(args)
+    if isinstance(loaded, int):
+        return loaded
+    program, agent, method, inputs = loaded
     selectors: list[CaptureSelector] = []
 
     def capture(inner: Any) -> CaptureSelector:
