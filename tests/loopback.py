@@ -38,6 +38,7 @@ __all__ = [
     "Reply",
     "Request",
     "anthropic_sse",
+    "chat_completion",
     "json_reply",
     "openai_sse",
     "sse_reply",
@@ -226,3 +227,27 @@ class LoopbackServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def chat_completion(
+    content: str | None = None, *, tool_calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A Chat Completions response body: text, or tool calls (31 prompt and 9 completion
+    tokens of usage)."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1_700_000_000,
+        "model": "llama3",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 31, "completion_tokens": 9, "total_tokens": 40},
+    }

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..errors import ErrorReason
+from ..redaction import redact
 from ..runtimes.failures import classify_status, is_quota_text, retry_after_from_headers
 from ..runtimes.protocol import RuntimeDelta, RuntimeResult, TurnFailure
 from ._transport import (
@@ -64,18 +65,9 @@ __all__ = [
 
 #: The longest piece of a server's error body kept in a message.
 MAX_ERROR_TEXT = 500
-REDACTED = "***"
 
 
 # --- failures --------------------------------------------------------------------------
-
-
-def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """``text`` with every secret replaced by ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4 and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 def _error_text(body: bytes | str) -> str:

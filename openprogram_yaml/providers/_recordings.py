@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from ..redaction import REDACTED, redact
 from ..runtimes.protocol import (
     Capabilities,
     Message,
@@ -26,7 +27,6 @@ from ..runtimes.protocol import (
     ToolSpec,
     Usage,
 )
-from ._http import REDACTED, redact
 
 __all__ = [
     "FILE_HEADER",

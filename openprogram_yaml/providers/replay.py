@@ -35,6 +35,7 @@ from ..runtimes.protocol import (
     RuntimeDelta,
     RuntimeResult,
     TurnFailure,
+    capabilities_of,
 )
 from ._http import stream_via_run_turn
 from ._recordings import (
@@ -106,10 +107,7 @@ class RecordingRuntime:
         return bool(self.inner.supports(model_ref))
 
     def capabilities(self, model_ref: str | None = None) -> Capabilities:
-        caps = getattr(self.inner, "capabilities", None)
-        value = caps(model_ref) if caps is not None else None
-        # The same default ``Runtime.exec`` assumes for a runtime that cannot say.
-        return value if isinstance(value, Capabilities) else Capabilities()
+        return capabilities_of(self.inner, model_ref)
 
     async def run_turn(
         self,

@@ -87,8 +87,10 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _emit(stream: TextIO, text: str, secrets: frozenset[str] = frozenset()) -> None:
-    for secret in secrets:
-        text = text.replace(secret, "***")
+    if secrets:
+        from ..redaction import redact
+
+        text = redact(text, secrets)
     stream.write(text if text.endswith("\n") else text + "\n")
 
 
@@ -471,9 +473,9 @@ class _RedactingStream:
         self.secrets = secrets
 
     def write(self, text: str) -> int:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return self.inner.write(text)
+        from ..redaction import redact
+
+        return self.inner.write(redact(text, self.secrets))
 
     def flush(self) -> None:
         self.inner.flush()

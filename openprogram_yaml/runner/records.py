@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 
 from ..compile.program import DEFAULT_MAX_STEPS, Agent, Program, RunState
 from ..errors import OpenProgramError, UsageError
+from ..redaction import redact
 
 if TYPE_CHECKING:
     from ..runtime.trace import SessionTrace
@@ -201,14 +202,6 @@ class RunRecord:
     def to_json(self) -> str:
         """One line of JSON with the agent's secrets redacted."""
         return redact(json.dumps(self.to_dict(), ensure_ascii=False, default=repr), self.secrets)
-
-
-def redact(text: str, secrets: frozenset[str]) -> str:
-    """``text`` with every secret replaced by ``***``."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text
 
 
 def error_dict(exc: BaseException) -> dict[str, Any]:

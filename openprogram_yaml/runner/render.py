@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtimes.protocol import Message, RuntimeResult, ToolSpec, TurnFailure
+from ..runtimes.protocol import (
+    Capabilities,
+    Message,
+    RuntimeResult,
+    ToolSpec,
+    TurnFailure,
+    capabilities_of,
+)
 
 __all__ = ["CaptureSelector", "CapturedRequest", "format_request"]
 
@@ -73,13 +80,9 @@ class _CaptureRuntime:
     def supports(self, model_ref: str | None = None) -> bool:
         return bool(self.inner.supports(model_ref))
 
-    def capabilities(self, model_ref: str | None = None) -> Any:
-        caps = getattr(self.inner, "capabilities", None)
-        if caps is None:
-            from ..runtimes.protocol import Capabilities
-
-            return Capabilities()
-        return caps(model_ref)
+    def capabilities(self, model_ref: str | None = None) -> Capabilities:
+        # Modes (native structured output, tool-mode choices) follow the real runtime's.
+        return capabilities_of(self.inner, model_ref)
 
     async def run_turn(
         self,

@@ -46,20 +46,15 @@ from openprogram_yaml.runtime.toolsets import (
     offer_tools,
 )
 from openprogram_yaml.runtime.trace import SessionTrace
-from openprogram_yaml.runtimes.protocol import AgentRuntimeProtocol, Capabilities, Usage
+from openprogram_yaml.runtimes.protocol import (
+    AgentRuntimeProtocol,
+    Usage,
+    capabilities_of,
+)
 
 __all__ = ["Runtime"]
 
 T = TypeVar("T")
-_NO_CAPS = Capabilities()
-
-
-def _capabilities(runtime: AgentRuntimeProtocol, model_ref: str) -> Capabilities:
-    caps = getattr(runtime, "capabilities", None)
-    if caps is None:
-        return _NO_CAPS
-    value = caps(model_ref)
-    return value if isinstance(value, Capabilities) else _NO_CAPS
 
 
 class Runtime:
@@ -348,7 +343,7 @@ class Runtime:
             raise ValueError("max_validation_retries must be 0, 1 or 2")
         model_ref = model or self.model
         runtime = self._runtime_for(model_ref, stream_fn)
-        caps = _capabilities(runtime, model_ref)
+        caps = capabilities_of(runtime, model_ref)
         terminal: Terminal
         if choices is not None and response_format is not None:
             raise TypeError("choices and response_format cannot be combined")

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from openprogram_yaml.redaction import REDACTED
+
 __all__ = ["SessionTrace", "TraceNode", "current_span", "jsonable"]
 
 _SECRET_KEY = re.compile(
@@ -26,7 +28,6 @@ _SECRET_KEY = re.compile(
     r"refresh[_-]?token|auth[_-]?token|bearer|x-api-key)$",
     re.IGNORECASE,
 )
-_REDACTED = "[redacted]"
 
 
 def jsonable(value: Any) -> Any:
@@ -35,7 +36,7 @@ def jsonable(value: Any) -> Any:
         return value
     if isinstance(value, dict):
         return {
-            str(k): (_REDACTED if _SECRET_KEY.search(str(k)) else jsonable(v))
+            str(k): (REDACTED if _SECRET_KEY.search(str(k)) else jsonable(v))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple | set | frozenset):

@@ -37,6 +37,7 @@ __all__ = [
     "ToolSpec",
     "TurnFailure",
     "Usage",
+    "capabilities_of",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -211,3 +212,15 @@ class AgentRuntimeProtocol(Protocol):
     def stream_turn(
         self, prompt: str | Sequence[Message], **kwargs: Any
     ) -> AsyncIterator[RuntimeDelta]: ...
+
+
+_DEFAULT_CAPABILITIES = Capabilities()
+
+
+def capabilities_of(runtime: object, model_ref: str | None) -> Capabilities:
+    """What ``runtime`` can do for ``model_ref``; a runtime that cannot say (no
+    ``capabilities()``, or not a ``Capabilities``) gets the defaults: tools, no native
+    structured output."""
+    ask = getattr(runtime, "capabilities", None)
+    value = ask(model_ref) if callable(ask) else None
+    return value if isinstance(value, Capabilities) else _DEFAULT_CAPABILITIES

@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 from openprogram_yaml.errors import ToolError
+from openprogram_yaml.providers._transport import ClientPool
+from openprogram_yaml.redaction import redact
 from openprogram_yaml.tools.base import ConfiguredTool, TextTemplate, ToolBuildError, cap_text
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_BYTES = 1_000_000
 #: Characters of an error response's body shown to the model.
 ERROR_EXCERPT_CHARS = 500
-REDACTED = "***"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 #: Headers that describe the request rather than authorise it; their values are not secret.
 _PLAIN_HEADERS = frozenset(
@@ -58,35 +58,10 @@ BodyTemplate: TypeAlias = (
 )
 
 
-class HttpClients:
-    """The pooled client HTTP tools share: one per event loop, closed by ``aclose()``.
-
-    A connection pool belongs to the loop it was opened on, so a caller running each
-    ``exec()`` in a fresh loop still gets a working client.
-    """
-
-    def __init__(self) -> None:
-        self._clients: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
-        self._lock = threading.Lock()
-
-    def get(self) -> httpx.AsyncClient:
-        """The client of the running loop, created on first use."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._clients.get(loop)
-            if client is None:
-                # Forget clients of loops that are gone; their sockets went with them.
-                self._clients = {k: v for k, v in self._clients.items() if not k.is_closed()}
-                client = self._clients[loop] = _build_client()
-            return client
-
-    async def aclose(self) -> None:
-        """Close the client of the running loop and forget the others."""
-        with self._lock:
-            clients, self._clients = self._clients, {}
-        client = clients.get(asyncio.get_running_loop())
-        if client is not None:
-            await client.aclose()
+def HttpClients() -> ClientPool[httpx.AsyncClient]:
+    """The pooled client HTTP tools share: one per event loop, closed by ``aclose()``
+    (the providers' ``ClientPool``, over an httpx client that follows no redirects)."""
+    return ClientPool(_build_client)
 
 
 def _build_client() -> httpx.AsyncClient:
@@ -99,14 +74,6 @@ def _build_client() -> httpx.AsyncClient:
         trust_env=False,
         limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
     )
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """``text`` with every secret (longest first) replaced by ``***``."""
-    for secret in secrets:
-        if len(secret) >= 4 and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
 
 
 def _render_body(body: BodyTemplate, variables: Mapping[str, Any]) -> Any:
@@ -176,7 +143,7 @@ class HttpTool(ConfiguredTool):
         body: BodyTemplate = None,
         timeout_s: float | None = None,
         max_bytes: int | None = None,
-        clients: HttpClients | None = None,
+        clients: ClientPool[httpx.AsyncClient] | None = None,
     ) -> None:
         super().__init__(name, description, parameters)
         self.method = method.strip().upper()

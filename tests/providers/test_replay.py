@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 import yaml
-from loopback import LoopbackServer, Request, json_reply, openai_sse, sse_reply, status_reply
+from loopback import (
+    LoopbackServer,
+    Request,
+    chat_completion,
+    json_reply,
+    openai_sse,
+    sse_reply,
+    status_reply,
+)
 
 from openprogram_yaml.errors import LLMError
 from openprogram_yaml.providers.replay import (
@@ -50,28 +58,6 @@ SCHEMA = {
     },
 }
 ANSWER = {"category": "billing", "order": "A-17"}
-
-
-def chat_completion(
-    content: str | None = None, *, tool_calls: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message["tool_calls"] = tool_calls
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": "llama3",
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": "tool_calls" if tool_calls else "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 31, "completion_tokens": 9, "total_tokens": 40},
-    }
 
 
 def tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -4,31 +4,9 @@ from __future__ import annotations
 
 import json
 
-from loopback import LoopbackServer, json_reply, status_reply
+from loopback import LoopbackServer, chat_completion, json_reply, status_reply
 
 from openprogram_yaml.runner.cli import main
-
-
-def chat_completion(content: str, *, prompt_tokens: int = 31, completion_tokens: int = 9) -> dict:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "created": 1_700_000_000,
-        "model": "llama3",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
-
 
 AGENT = """\
 version: 1

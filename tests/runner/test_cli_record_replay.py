@@ -7,22 +7,13 @@ import json
 import shutil
 from pathlib import Path
 
-from loopback import LoopbackServer, json_reply
+from loopback import LoopbackServer, chat_completion, json_reply
 from support import EXAMPLES
 
 from openprogram_yaml.runner.cli import main
 
 SECRET_KEY = "sk-live-0123456789abcdef"
 SECRET_HEADER = "gw-token-fedcba9876543210"
-
-
-def completion(content: str) -> dict:
-    return {
-        "id": "c1", "object": "chat.completion", "created": 0, "model": "gpt-4o-mini",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
-    }  # fmt: skip
 
 
 def test_record_replay_and_a_changed_prompt(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -46,7 +37,7 @@ def test_record_replay_and_a_changed_prompt(tmp_path: Path, monkeypatch, capsys)
     args = [str(agent), "classify", "-i", "ticket=I was charged twice", "--json"]
 
     with LoopbackServer() as server:
-        server.add(json_reply(completion(json.dumps(label))))
+        server.add(json_reply(chat_completion(json.dumps(label))))
         monkeypatch.setenv("OPENAI_BASE_URL", server.url + "/v1")
         code = main([*args, "--record", str(recordings), "--trace", str(trace)])
         recorded = json.loads(capsys.readouterr().out)

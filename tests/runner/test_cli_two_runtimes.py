@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from loopback import LoopbackServer, json_reply
+from loopback import LoopbackServer, chat_completion, json_reply
 
 from openprogram_yaml.runner.cli import main
 
@@ -26,15 +26,6 @@ methods:
 """
 
 
-def openai_body(text: str) -> dict:
-    return {
-        "id": "c1", "object": "chat.completion", "created": 0, "model": "llama3",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                     "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-    }  # fmt: skip
-
-
 def anthropic_body(text: str) -> dict:
     return {
         "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
@@ -45,7 +36,7 @@ def anthropic_body(text: str) -> dict:
 
 def test_two_models_two_runtimes(write, capsys) -> None:
     with LoopbackServer() as oai, LoopbackServer() as anth:
-        oai.add(json_reply(openai_body("from llama")))
+        oai.add(json_reply(chat_completion("from llama")))
         anth.add(json_reply(anthropic_body("from claude")))
         path = write("duo.yaml", AGENT % {"openai": oai.url + "/v1", "anthropic": anth.url})
         assert main([str(path), "fast", "--json"]) == 0
@@ -65,7 +56,7 @@ def test_a_repository_provider_serves_its_models(write, capsys, monkeypatch) -> 
     using "local:MODEL" reaches it with no rule of its own."""
     monkeypatch.setenv("LOCAL_GATEWAY_KEY", "lk-0123456789")
     with LoopbackServer() as server:
-        server.add(json_reply(openai_body("from the local provider")))
+        server.add(json_reply(chat_completion("from the local provider")))
         project = write(
             "repo/openprogram.yaml",
             f"""
