@@ -9,9 +9,11 @@ ids to factories or shared instances. Runtimes arrive three ways, and each entry
   (``metadata["distribution"]`` and ``["version"]`` name it),
 - ``"code"``: ``register_runtime`` called at run time.
 
-Built-ins and plugins are discovered together, once, on the first call that needs them
-(never at import). A plugin that fails to load is listed with ``metadata["error"]`` and a
-``RuntimeWarning``; it never breaks the others. All methods are thread-safe.
+Nothing is discovered at import. Built-ins are known without reading any distribution's
+metadata; plugins are discovered once, on the first call that needs them (a lookup of an id
+that is not a built-in, a listing, a registration, or a selection that no built-in serves).
+A plugin that fails to load is listed with ``metadata["error"]`` and a ``RuntimeWarning``;
+it never breaks the others. All methods are thread-safe.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import difflib
 import inspect
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -45,9 +47,10 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "openprogram_yaml.runtimes"
 _OWN_DISTRIBUTION = "openprogram-yaml"
-#: Built-ins by entry-point value, used only when this package runs without being installed
-#: (no distribution metadata), so that a source checkout still has its runtimes.
-_BUILTINS_UNINSTALLED = {
+#: Built-ins by entry-point value. The pyproject declares the same entry points (so that tools
+#: reading entry points list them; a test keeps the two alike), but the registry knows its
+#: own without scanning every installed distribution for them.
+_BUILTINS = {
     "test": "openprogram_yaml.providers.test:TestRuntime",
     "openai": "openprogram_yaml.providers.openai:OpenAIRuntime",
     "anthropic": "openprogram_yaml.providers.anthropic:AnthropicRuntime",
@@ -103,6 +106,7 @@ class RuntimeRegistry:
     _broken: dict[str, RuntimeRegistryEntry]
     _aliases: dict[str, str]
     _discovered: bool
+    _builtins_known: bool
     _group: str | None
 
     def __new__(cls) -> RuntimeRegistry:
@@ -127,6 +131,7 @@ class RuntimeRegistry:
         registry._broken = {}
         registry._aliases = {}
         registry._discovered = group is None
+        registry._builtins_known = group is None
         registry._group = group
         return registry
 
@@ -187,13 +192,13 @@ class RuntimeRegistry:
             self._entries.clear()
             self._broken.clear()
             self._aliases.clear()
-            self._discovered = self._group is None
+            self._discovered = self._builtins_known = self._group is None
 
     # --- lookup ---------------------------------------------------------------------
 
     def is_registered(self, runtime_id: str) -> bool:
         """Whether ``runtime_id`` (or an alias) names a usable runtime."""
-        self._ensure_discovered()
+        self._ensure_known(runtime_id)
         with self._lock:
             canonical = self._aliases.get(runtime_id, runtime_id)
             registration = self._entries.get(canonical)
@@ -219,9 +224,22 @@ class RuntimeRegistry:
         with self._lock:
             return list(self._entries)
 
+    def names_by_preference(self) -> Iterator[str]:
+        """Ids in registration order, as ``list_names``; plugins are discovered only when
+        the caller reads past the built-ins (a selection that a built-in serves reads no
+        distribution's metadata)."""
+        self._ensure_builtins()
+        with self._lock:
+            first = list(self._entries)
+        yield from first
+        self._ensure_discovered()
+        with self._lock:
+            rest = [name for name in self._entries if name not in first]
+        yield from rest
+
     def get_entry(self, runtime_id: str) -> RuntimeRegistryEntry | None:
         """What is known about one runtime (or the one an alias names)."""
-        self._ensure_discovered()
+        self._ensure_known(runtime_id)
         with self._lock:
             canonical = self._aliases.get(runtime_id, runtime_id)
             registration = self._entries.get(canonical)
@@ -236,7 +254,7 @@ class RuntimeRegistry:
         """A runtime instance: a fresh one from a factory (called with ``config_overrides``
         as keyword options), or the registered shared instance. Unknown ids are a
         ValueError listing the available ones."""
-        self._ensure_discovered()
+        self._ensure_known(runtime_id)
         with self._lock:
             canonical = self._aliases.get(runtime_id, runtime_id)
             registration = self._entries.get(canonical)
@@ -278,9 +296,34 @@ class RuntimeRegistry:
         close = difflib.get_close_matches(runtime_id, names, n=1)
         return message + (f" (did you mean {close[0]!r}?)" if close else "")
 
+    def _ensure_known(self, runtime_id: str) -> None:
+        """Discover what answering about ``runtime_id`` needs. Before discovery the entries
+        are exactly the built-ins (registering, aliasing and listing all discover first),
+        and a plugin cannot take a built-in's id, so a built-in needs no discovery."""
+        if self._discovered:
+            return
+        if self._group == ENTRY_POINT_GROUP and runtime_id in _BUILTINS:
+            self._ensure_builtins()
+        else:
+            self._ensure_discovered()
+
+    def _ensure_builtins(self) -> None:
+        if self._builtins_known:
+            return
+        with self._lock:
+            if self._builtins_known:
+                return
+            self._builtins_known = True
+            if self._group == ENTRY_POINT_GROUP:
+                from importlib.metadata import EntryPoint
+
+                for name, value in _BUILTINS.items():
+                    self._add_entry_point(EntryPoint(name, value, self._group), builtin=True)
+
     def _ensure_discovered(self) -> None:
         if self._discovered:
             return
+        self._ensure_builtins()
         with self._lock:
             if self._discovered:
                 return
@@ -289,28 +332,15 @@ class RuntimeRegistry:
             self._discover()
 
     def _discover(self) -> None:
-        from importlib.metadata import EntryPoint, entry_points
+        from importlib.metadata import entry_points
 
         assert self._group is not None
-        found = list(entry_points(group=self._group))
-        order = list(_BUILTINS_UNINSTALLED)
-        # Ours point into this package: telling them apart by their target, not by reading
-        # every distribution's METADATA, keeps start-up fast.
-        own = sorted(
-            (ep for ep in found if _is_own(ep)),
-            key=lambda ep: (order.index(ep.name) if ep.name in order else len(order), ep.name),
-        )
+        # Ours point into this package and are known already: telling them apart by their
+        # target, not by reading every distribution's METADATA, keeps start-up fast.
         plugins = sorted(
-            (ep for ep in found if not _is_own(ep)),
+            (ep for ep in entry_points(group=self._group) if not _is_own(ep)),
             key=lambda ep: (_dist_name(ep) or "", ep.name),
         )
-        if self._group == ENTRY_POINT_GROUP and not own and not _own_installed():
-            own = [
-                EntryPoint(name, value, self._group)
-                for name, value in _BUILTINS_UNINSTALLED.items()
-            ]
-        for ep in own:
-            self._add_entry_point(ep, builtin=True)
         for ep in plugins:
             self._add_entry_point(ep, builtin=False)
 
@@ -390,16 +420,6 @@ def _is_own(ep: EntryPoint) -> bool:
 def _dist_name(ep: EntryPoint) -> str | None:
     dist = ep.dist
     return _normalize(dist.name) if dist is not None and dist.name else None
-
-
-def _own_installed() -> bool:
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        distribution(_OWN_DISTRIBUTION)
-    except PackageNotFoundError:
-        return False
-    return True
 
 
 # --- the process-wide registry -----------------------------------------------------------

@@ -244,7 +244,7 @@ class RuntimeSelector:
             )
         if prefix is not None and self.registry.is_available(prefix):
             return Selection(model_ref, model_id, prefix, "provider", {}, provider=prefix)
-        for runtime_id in self.registry.list_names():
+        for runtime_id in self.registry.names_by_preference():
             try:
                 runtime = self._instance(runtime_id, {})
                 if runtime.supports(model_ref):

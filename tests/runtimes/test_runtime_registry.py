@@ -206,3 +206,42 @@ def test_a_builtin_can_be_replaced_the_seed_way(default_registry: RuntimeRegistr
     assert entry is not None and entry.metadata["origin"] == "code"
     reg.clear()  # back to the built-in on the next lookup
     assert not isinstance(reg.resolve_runtime("openai"), EchoRuntime)
+
+
+def test_the_builtins_the_registry_knows_are_the_ones_the_pyproject_declares() -> None:
+    import tomllib
+
+    from support import REPO
+
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]
+    assert declared[reg.ENTRY_POINT_GROUP] == reg._BUILTINS
+
+
+def _distribution_claiming(folder: Any, runtime_id: str) -> None:
+    """A real (metadata-only) distribution on sys.path whose entry point takes ``runtime_id``."""
+    info = folder / "claimant-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: claimant\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        f"[{reg.ENTRY_POINT_GROUP}]\n{runtime_id} = claimant_module:Runtime\n"
+    )
+
+
+def test_a_model_a_builtin_serves_is_selected_without_discovering_plugins(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import warnings
+
+    from openprogram_yaml.runtimes.select import RuntimeSelector
+
+    _distribution_claiming(tmp_path, "test")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = RuntimeRegistry.isolated()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # discovering the claimant would warn
+        selection = RuntimeSelector(registry=registry).explain("test")
+        assert registry.is_available("openai")
+    assert selection.runtime_id == "test"
+    with pytest.warns(RuntimeWarning, match="'test' from claimant is ignored"):
+        names = registry.list_names()
+    assert names[: len(reg._BUILTINS)] == list(reg._BUILTINS)
