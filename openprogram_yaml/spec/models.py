@@ -55,6 +55,7 @@ class _Spec(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
+        defer_build=True,
         use_attribute_docstrings=False,
         str_strip_whitespace=False,
     )
