@@ -2,7 +2,18 @@
 
 Goals: ``--help`` within 1.5x of ``python -c pass``; the offline run
 (``examples/triage.yaml classify``, model ``test``) within 1.2x of a process that merely
-imports the third-party libraries that run needs (found by running it and listing them).
+imports every module that run needs and is not ours (found by running it and listing them).
+
+Two offline runs are measured, each beside the modules it needs:
+
+- the usual one, a run of files already compiled once: the compile cache
+  (``compile/cache.py``) serves the program, so YAML and pydantic are not even imported;
+- the first one, with the cache off (``OPENPROGRAM_CACHE=off``), which compiles.
+
+The console script keeps the cyclic collector off during start-up (see ``runner/cli.py``);
+the baselines held to the goal do the same, and the untuned baseline is printed beside
+them. This package's bytecode is compiled first, as an installed package's would be, and
+the runs use a cache folder of their own.
 
     python benchmarks/startup.py [--runs 15]
 """
@@ -10,8 +21,11 @@ imports the third-party libraries that run needs (found by running it and listin
 from __future__ import annotations
 
 import argparse
+import compileall
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,9 +47,9 @@ def script() -> list[str]:
     return [str(found)] if found.exists() else cli()
 
 
-def libraries_needed() -> list[str]:
+def libraries_needed(env: dict[str, str]) -> list[str]:
     """Every module the offline run imports that is not ours: third-party and standard
-    library alike, submodules included.
+    library alike, submodules included, in the order the run loads them.
 
     Importing only top-level packages would undercount: ``import pydantic`` loads almost
     nothing until ``BaseModel`` is touched, and the async core needs ``asyncio``. What is
@@ -49,65 +63,86 @@ def libraries_needed() -> list[str]:
         "import io, contextlib\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    main(sys.argv[1:])\n"
-        "names = sorted(set(sys.modules) - before)\n"
+        "names = [n for n in sys.modules if n not in before]\n"
         "print(' '.join(n for n in names if not n.startswith(('openprogram_yaml', '__'))\n"
         "    and getattr(sys.modules.get(n), '__file__', None)))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, env=env
     )
     return done.stdout.split()
 
 
-def _importer(modules: list[str]) -> str:
-    # One import per module, each allowed to fail (a few are platform- or order-specific).
-    return "import importlib\n" + "".join(
-        f"try: importlib.import_module({m!r})\nexcept Exception: pass\n" for m in modules
+def _importer(modules: list[str], *, quiet_gc: bool = False) -> str:
+    # One import per module, in the order the run loaded them, each allowed to fail (a few
+    # are platform-specific). With quiet_gc, the importer treats the cyclic collector the
+    # way the console script does (off while importing, survivors frozen at exit), so the
+    # comparison is between equally tuned processes.
+    head, tail = ("import gc\ngc.disable()\n", "gc.freeze()\n") if quiet_gc else ("", "")
+    return (
+        head
+        + "import importlib\n"
+        + "".join(f"try: importlib.import_module({m!r})\nexcept Exception: pass\n" for m in modules)
+        + tail
     )
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    subprocess.run(
+        argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env
+    )
     return time.perf_counter() - start
+
+
+def ratio(times: dict[str, list[float]], top: str, bottom: str) -> float:
+    return median([t / b for t, b in zip(times[top], times[bottom], strict=True)])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     args = parser.parse_args()
-    libs = libraries_needed()
-    sides = {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        "openprogram-run --help": [*script(), "--help"],
-        "import the libraries": [sys.executable, "-c", _importer(libs)],
-        "offline run": [*script(), *OFFLINE],
-    }
-    times: dict[str, list[float]] = {name: [] for name in sides}
-    for argv in sides.values():
-        timed(argv)  # warm the file cache and .pyc files
-    for _ in range(args.runs):  # interleaved, so machine noise falls on every side alike
-        for name, argv in sides.items():
-            times[name].append(timed(argv))
-    ms = {name: median(values) * 1000 for name, values in times.items()}
-    help_ratio = median(
-        [
-            h / p
-            for h, p in zip(times["openprogram-run --help"], times["python -c pass"], strict=True)
-        ]
-    )
-    run_ratio = median(
-        [r / i for r, i in zip(times["offline run"], times["import the libraries"], strict=True)]
-    )
+    compileall.compile_dir(str(ROOT / "openprogram_yaml"), quiet=1)
+    with tempfile.TemporaryDirectory() as cache:
+        warm = {**os.environ, "OPENPROGRAM_CACHE_DIR": cache}
+        cold = {**os.environ, "OPENPROGRAM_CACHE": "off"}
+        timed([*script(), *OFFLINE], warm)  # compile once: later runs find the program kept
+        libs = libraries_needed(warm)
+        cold_libs = libraries_needed(cold)
+        sides = {
+            "python -c pass": ([sys.executable, "-c", "pass"], warm),
+            "openprogram-run --help": ([*script(), "--help"], warm),
+            "offline run": ([*script(), *OFFLINE], warm),
+            "  import its modules": ([sys.executable, "-c", _importer(libs, quiet_gc=True)], warm),
+            "  the same, collector untuned": ([sys.executable, "-c", _importer(libs)], warm),
+            "first offline run (cache off)": ([*script(), *OFFLINE], cold),
+            "  import its modules ": (
+                [sys.executable, "-c", _importer(cold_libs, quiet_gc=True)],
+                cold,
+            ),
+        }
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        for argv, env in sides.values():
+            timed(argv, env)  # warm the file cache
+        for _ in range(args.runs):  # interleaved, so machine noise falls on every side alike
+            for name, (argv, env) in sides.items():
+                times[name].append(timed(argv, env))
     print(f"startup: whole processes, median of {args.runs} interleaved runs")
-    tops = sorted({m.split(".")[0] for m in libs})
-    print(f"  modules the offline run imports (not ours): {len(libs)}, from {', '.join(tops)}")
-    for name, value in ms.items():
-        report(name, f"{value:.0f} ms")
+    for name, found in (("offline run", libs), ("first offline run", cold_libs)):
+        tops = sorted({m.split(".")[0] for m in found if not m.startswith("_")})
+        print(f"  modules the {name} imports (not ours): {len(found)}")
+        print(f"    from {', '.join(t for t in tops if '.' not in t)}")
+    for name, values in times.items():
+        report(name, f"{median(values) * 1000:.0f} ms")
+    help_ratio = ratio(times, "openprogram-run --help", "python -c pass")
+    warm_ratio = ratio(times, "offline run", "  import its modules")
+    cold_ratio = ratio(times, "first offline run (cache off)", "  import its modules ")
     report("--help / python -c pass", f"{help_ratio:.2f}x", "<= 1.5x", help_ratio <= 1.5)
-    report(
-        "offline run / importing its libraries", f"{run_ratio:.2f}x", "<= 1.2x", run_ratio <= 1.2
-    )
+    report("offline run / its modules", f"{warm_ratio:.2f}x", "<= 1.2x", warm_ratio <= 1.2)
+    report("first offline run / its modules", f"{cold_ratio:.2f}x", "<= 1.2x", cold_ratio <= 1.2)
+    untuned = ratio(times, "offline run", "  the same, collector untuned")
+    report("offline run / its modules, collector untuned", f"{untuned:.2f}x")
 
 
 if __name__ == "__main__":

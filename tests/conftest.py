@@ -10,11 +10,15 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Keep the developer's model and key settings out of tests."""
+def _clean_env(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
+    """Keep the developer's model and key settings out of tests, and give each test a
+    compile cache of its own (never the developer's)."""
     for name in list(os.environ):
         if name.startswith(("OPENPROGRAM_", "OPENAI_", "ANTHROPIC_")):
             monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENPROGRAM_CACHE_DIR", str(tmp_path_factory.mktemp("compile-cache")))
     yield
 
 

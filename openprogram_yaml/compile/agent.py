@@ -6,10 +6,7 @@ Problems are collected, not raised, so that one run reports every problem of eve
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,15 @@ from ..spec.positions import TextOrigin
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
 from .paths import display_path, resolve_inside
-from .program import Agent, ChoiceOption, ExecOptions, Method, RetryPolicy, RuntimeRule
+from .program import (
+    Agent,
+    ChoiceOption,
+    ExecOptions,
+    Method,
+    RetryPolicy,
+    RuntimeRule,
+    prompt_version,
+)
 from .schemas import envelope_problems, split_envelope
 from .templates import CompiledTemplate, TemplateEngine
 from .tools import build_tools
@@ -186,39 +191,9 @@ def _compile_method(
         choices=choices or None,
         linked=linked,
         _prompt_hash=functools.partial(
-            _prompt_version, (prompt, instructions), response_format, choices, options, spec.vars
+            prompt_version, (prompt, instructions), response_format, choices, options, spec.vars
         ),
     )
-
-
-def _prompt_version(
-    templates: Iterable[CompiledTemplate | None],
-    response_format: Any,
-    choices: Any,
-    options: ExecOptions,
-    variables: Mapping[str, Any],
-) -> str:
-    """A short hash of what shapes a method's requests, stable across runs and machines."""
-    digest = hashlib.sha256()
-    for template in templates:
-        if template is None:
-            digest.update(b"-\0")
-            continue
-        digest.update(template.source.encode() + b"\0")
-        for path in sorted(template.files):
-            try:
-                digest.update(path.read_bytes() + b"\0")
-            except OSError:
-                digest.update(b"?\0")
-    rest = [response_format, [dataclasses.asdict(c) for c in choices], options, variables]
-    digest.update(json.dumps(rest, sort_keys=True, default=_plain).encode())
-    return digest.hexdigest()[:12]
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return repr(value)
 
 
 def _choices(
@@ -360,3 +335,8 @@ class PendingMethodTools(dict[str, Method]):
     def __init__(self, refs: Mapping[str, tuple[str, AgentDocument, Loc]]) -> None:
         super().__init__()
         self.refs = dict(refs)
+
+    def __reduce__(self) -> tuple[type[dict[str, Method]], tuple[dict[str, Method]]]:
+        # Pickled once linked (the compile cache keeps whole programs): the methods, as a
+        # plain mapping; the references to the files they came from stay behind.
+        return dict, (dict(self),)

@@ -91,3 +91,5 @@ class ProjectContext:
     recordings: Path | None = None
     #: The environment variables the project file read, with their values.
     env: tuple[tuple[str, str | None], ...] = ()
+    #: The project's file patterns (``agents:`` and ``tests:``), each with what it matched.
+    globs: tuple[tuple[str, tuple[Path, ...]], ...] = ()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import glob
 import os
+import stat
 from pathlib import Path
 
-__all__ = ["PROJECT_FILE", "display_path", "find_project_root", "resolve_inside"]
+__all__ = ["PROJECT_FILE", "display_path", "find_project_root", "glob_files", "resolve_inside"]
 
 #: The file that marks the root of a prompt repository.
 PROJECT_FILE = "openprogram.yaml"
@@ -49,3 +51,31 @@ def display_path(path: Path) -> Path:
         return path.relative_to(Path.cwd())
     except ValueError:
         return path
+
+
+def glob_files(root: Path, pattern: str) -> list[Path]:
+    """The files under ``root`` matching ``pattern``, symlinks resolved, in a stable order.
+
+    Each folder is resolved once (a repository holds many files in few folders), and each
+    match costs one ``lstat``; a file is resolved on its own only when it is a link.
+    """
+    folders: dict[str, str] = {}
+    out: list[str] = []
+    for found in glob.glob(os.path.join(glob.escape(str(root)), pattern), recursive=True):
+        try:
+            mode = os.lstat(found).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            real = os.path.realpath(found)
+            if os.path.isfile(real):
+                out.append(real)
+            continue
+        if not stat.S_ISREG(mode):
+            continue
+        folder, name = os.path.split(found)
+        real_folder = folders.get(folder)
+        if real_folder is None:
+            real_folder = folders[folder] = os.path.realpath(folder)
+        out.append(os.path.join(real_folder, name))
+    return [Path(p) for p in sorted(out)]

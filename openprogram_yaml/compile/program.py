@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import difflib
-from collections.abc import AsyncIterator, Callable, Mapping
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -103,6 +106,40 @@ class RuntimeRule:
 def _did_you_mean(name: str, names: list[str]) -> str:
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def prompt_version(
+    templates: Iterable[CompiledTemplate | None],
+    response_format: Any,
+    choices: Any,
+    options: ExecOptions,
+    variables: Mapping[str, Any],
+) -> str:
+    """A short hash of what shapes a method's requests, stable across runs and machines.
+
+    Here, beside ``Method``, and not with the compiler: a compiled program that is loaded
+    from the compile cache must not need the compiler to work out its versions.
+    """
+    digest = hashlib.sha256()
+    for template in templates:
+        if template is None:
+            digest.update(b"-\0")
+            continue
+        digest.update(template.source.encode() + b"\0")
+        for path in sorted(template.files):
+            try:
+                digest.update(path.read_bytes() + b"\0")
+            except OSError:
+                digest.update(b"?\0")
+    rest = [response_format, [dataclasses.asdict(c) for c in choices], options, variables]
+    digest.update(json.dumps(rest, sort_keys=True, default=_plain).encode())
+    return digest.hexdigest()[:12]
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return repr(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,6 +472,20 @@ def _method_tool(name: str, method: Method, runtime: Runtime) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class BuildInputs:
+    """What a compile read besides the contents of ``Program.files``: enough to tell, later,
+    whether compiling again would give the same program (the compile cache asks)."""
+
+    #: Every environment variable a file named with ``${env:…}``, set or not.
+    env_names: frozenset[str] = frozenset()
+    #: Folders whose listing decides what a name resolves to: the template and schema
+    #: folders, and the folder of every file read. A file added there may shadow another.
+    folders: frozenset[Path] = frozenset()
+    #: The project's file patterns (``agents:``, ``tests:``), each with the files it matched.
+    globs: tuple[tuple[str, tuple[Path, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Program:
     """Everything compiled from a set of files; immutable, so a reload swaps it whole."""
 
@@ -447,6 +498,8 @@ class Program:
     tests: tuple[CompiledTest, ...] = ()
     #: Where recorded model replies are kept, when the project says.
     recordings: Path | None = None
+    #: What else the compile read (environment variables, folder listings, file patterns).
+    inputs: BuildInputs = BuildInputs()
 
     def select(
         self, method: str | None, *, agent: str | None = None, path: Path | None = None

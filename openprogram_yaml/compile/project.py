@@ -11,10 +11,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import glob
 import hashlib
 import os
-import stat
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -27,8 +25,8 @@ from ..spec.models import ProjectSpec, TestFileSpec
 from ..spec.yamlread import SourceMap
 from .agent import PendingMethodTools, check_valid_parts, compile_agent
 from .context import Collector, ProjectContext
-from .paths import PROJECT_FILE, display_path, find_project_root, resolve_inside
-from .program import Agent, Program, RuntimeRule
+from .paths import PROJECT_FILE, display_path, find_project_root, glob_files, resolve_inside
+from .program import Agent, BuildInputs, Program, RuntimeRule
 from .tests import CompiledTest, compile_tests
 
 __all__ = ["compile_agent_files", "compile_path", "load_project"]
@@ -62,15 +60,18 @@ def load_project(
                 found.append(target)
         return tuple(found)
 
+    globs: list[tuple[str, tuple[Path, ...]]] = []
     agents: dict[Path, None] = {}  # ordered, and a set: globs may overlap
     for i, pattern in enumerate(spec.agents):
-        matched = _glob_files(root, pattern)
+        matched = glob_files(root, pattern)
+        globs.append((pattern, tuple(matched)))
         if not matched:
             col.at(source, ("agents", i), f"'{pattern}' matches no file under {root}")
         agents.update((m, None) for m in matched if m.name != PROJECT_FILE)
     test_files: dict[Path, None] = {}
     for i, pattern in enumerate(spec.tests):
-        matched = _glob_files(root, pattern)
+        matched = glob_files(root, pattern)
+        globs.append((pattern, tuple(matched)))
         if not matched:
             col.at(source, ("tests", i), f"'{pattern}' matches no file under {root}")
         test_files.update((m, None) for m in matched)
@@ -106,37 +107,10 @@ def load_project(
         env=tuple(
             (n, (os.environ if environ is None else environ).get(n)) for n in sorted(env_names)
         ),
+        globs=tuple(globs),
     )
     _check_shared_toolsets(spec, source, col)
     return ctx, list(agents)
-
-
-def _glob_files(root: Path, pattern: str) -> list[Path]:
-    """The files under ``root`` matching ``pattern``, symlinks resolved, in a stable order.
-
-    Each folder is resolved once (a repository holds many files in few folders), and each
-    match costs one ``lstat``; a file is resolved on its own only when it is a link.
-    """
-    folders: dict[str, str] = {}
-    out: list[str] = []
-    for found in glob.glob(os.path.join(glob.escape(str(root)), pattern), recursive=True):
-        try:
-            mode = os.lstat(found).st_mode
-        except OSError:
-            continue
-        if stat.S_ISLNK(mode):
-            real = os.path.realpath(found)
-            if os.path.isfile(real):
-                out.append(real)
-            continue
-        if not stat.S_ISREG(mode):
-            continue
-        folder, name = os.path.split(found)
-        real_folder = folders.get(folder)
-        if real_folder is None:
-            real_folder = folders[folder] = os.path.realpath(folder)
-        out.append(os.path.join(real_folder, name))
-    return [Path(p) for p in sorted(out)]
 
 
 def _check_shared_toolsets(spec: ProjectSpec, source: SourceMap, col: Collector) -> None:
@@ -397,14 +371,17 @@ def _compile_agent_files(
         docs[agent.name] = doc
     _link_method_tools(agents, col)
     tests: list[CompiledTest] = []
+    env_names = {name for name, _ in ctx.env}
     for name, doc in docs.items():
+        env_names |= doc.env_names
         tests += compile_tests(
             doc.spec.tests, agents[name], doc.source, ("tests",), doc.path, ctx, col
         )
     for test_file in ctx.test_files:
-        tests += _compile_test_file(test_file, agents, ctx, col, environ)
+        tests += _compile_test_file(test_file, agents, ctx, col, environ, env_names)
     if col.diagnostics:
         raise ConfigError(col.diagnostics)
+    folders = {*ctx.template_dirs, *ctx.schema_dirs, *(f.parent for f in col.files)}
     return Program(
         root=ctx.root,
         agents=agents,
@@ -412,6 +389,7 @@ def _compile_agent_files(
         version=_version(col.files, ctx.root),
         tests=tuple(tests),
         recordings=ctx.recordings,
+        inputs=BuildInputs(frozenset(env_names), frozenset(folders), ctx.globs),
     )
 
 
@@ -421,12 +399,14 @@ def _compile_test_file(
     ctx: ProjectContext,
     col: Collector,
     environ: Mapping[str, str] | None,
+    env_names: set[str],
 ) -> list[CompiledTest]:
     col.files.add(path)
     try:
-        spec, source, _, _ = load_document(
+        spec, source, _, names = load_document(
             path, TestFileSpec, display=str(display_path(path)), environ=environ
         )
+        env_names |= names
     except ConfigError as exc:
         col.diagnostics.extend(exc.diagnostics)
         return []

@@ -29,7 +29,7 @@ import functools
 import os
 import re
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -75,6 +75,9 @@ class CompiledTemplate:
     ``variables`` are the names it reads from the render variables (across the templates it
     includes or extends); ``files`` every template file it depends on, transitively (not the
     file its own source came from: the caller knows that one).
+
+    It holds only data (its source, and the text of every template it pulls in, as checked),
+    so it pickles: the compile cache keeps compiled programs between runs.
     """
 
     name: str
@@ -82,16 +85,46 @@ class CompiledTemplate:
     variables: frozenset[str]
     files: frozenset[Path]
     origin: TextOrigin
-    _build: Callable[[], Template] = field(repr=False)
-    _file_names: Mapping[str, Path] = field(repr=False)
+    _sources: Mapping[str, str] = field(repr=False)
+    _links: Mapping[tuple[str, str], str] = field(repr=False)
     #: The Jinja template, generated on first render: checking a repository (or loading
     #: one to serve a few methods) never pays for code it does not run.
     _built: list[Template] = field(default_factory=list, repr=False)
 
+    def __getstate__(self) -> tuple[object, ...]:
+        # Generated code stays behind; the template is generated again when first rendered.
+        return (
+            self.name,
+            self.source,
+            self.variables,
+            self.files,
+            self.origin,
+            self._sources,
+            self._links,
+        )
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        name, source, variables, files, origin, sources, links = state
+        for key, value in zip(
+            ("name", "source", "variables", "files", "origin", "_sources", "_links", "_built"),
+            (name, source, variables, files, origin, sources, links, []),
+            strict=True,
+        ):
+            object.__setattr__(self, key, value)
+
     @property
     def _template(self) -> Template:
         if not self._built:
-            self._built.append(self._build())
+            from openprogram_yaml.compile import _jinja
+
+            env = _jinja.PromptSandbox(
+                loader=_jinja.SnapshotLoader(self._sources), links=self._links
+            )
+            code = env.compile(self.source, name=self.name, filename=self.origin.path)
+            template = env.template_class.from_code(env, code, env.make_globals(None))
+            for key in self._sources:
+                env.get_template(key)  # compile every dependency now, so render only renders
+            self._built.append(template)
         return self._built[0]
 
     def render(self, variables: Mapping[str, Any]) -> str:
@@ -114,8 +147,8 @@ class CompiledTemplate:
             filename = tb.tb_frame.f_code.co_filename
             if filename == self.origin.path:
                 position = self.origin.locate(tb.tb_lineno)
-            elif filename in self._file_names:
-                position = Position(_display(self._file_names[filename]), tb.tb_lineno, 0)
+            elif filename in self._sources:
+                position = Position(_display(Path(filename)), tb.tb_lineno, 0)
             tb = tb.tb_next
         return position
 
@@ -310,25 +343,14 @@ class TemplateEngine:
         sources: Mapping[str, str],
         links: Mapping[tuple[str, str], str],
     ) -> CompiledTemplate:
-        from openprogram_yaml.compile import _jinja
-
-        def build() -> Template:
-            env = _jinja.PromptSandbox(loader=_jinja.SnapshotLoader(sources), links=links)
-            code = env.compile(source, name=template_name, filename=origin.path)
-            template = env.template_class.from_code(env, code, env.make_globals(None))
-            for key in sources:
-                env.get_template(key)  # compile every dependency now, so render only renders
-            return template
-
-        files = {key: Path(key) for key in sources}
         return CompiledTemplate(
             name=template_name,
             source=source,
             variables=variables,
-            files=frozenset(files.values()),
+            files=frozenset(Path(key) for key in sources),
             origin=origin,
-            _build=build,
-            _file_names=files,
+            _sources=dict(sources),
+            _links=dict(links),
         )
 
     # --- checking ---------------------------------------------------------------------------

@@ -152,11 +152,11 @@ def _format_output(output: Any) -> str:
 def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any]] | int:
     """The compiled program, the agent and method the command line names, and its inputs
     (checked); or the exit status after reporting why not."""
-    from ..compile.project import compile_path
+    from ..compile.cache import compile_cached
     from ..errors import ConfigError, UsageError
 
     try:
-        program = compile_path(Path(args.path))
+        program = compile_cached(Path(args.path))
     except ConfigError as exc:
         return _print_config_error(exc)
     _startup_done()

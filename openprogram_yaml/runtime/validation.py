@@ -206,6 +206,15 @@ class SchemaValidator:
         self._resources = resources
         self._validator: Any = None
 
+    def __getstate__(self) -> tuple[Any, Any]:
+        # The jsonschema validator stays behind (it holds functions); it is made again on
+        # first use.
+        return self.schema, self._resources
+
+    def __setstate__(self, state: tuple[Any, Any]) -> None:
+        self.schema, self._resources = state
+        self._validator = None
+
     def _built(self) -> Any:
         if self._validator is None:
             schema = self.schema

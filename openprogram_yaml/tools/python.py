@@ -353,6 +353,7 @@ class PythonTool(ConfiguredTool):
         project_root: Path,
     ) -> None:
         self.target = load_python_tool(ref, project_root=project_root)
+        self._project_root = Path(project_root)
         function = self.target.function
         if parameters is None:
             derived_description, parameters = schema_from_signature(function, name)
@@ -362,6 +363,18 @@ class PythonTool(ConfiguredTool):
         # An empty description counts as none: the docstring says more than nothing.
         super().__init__(name, description or derived_description, parameters)
         self._is_async = _is_async(self.target.function)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Pickled by reference (the compile cache keeps compiled programs): the function is
+        # looked up again, with the project root on sys.path as when it was first loaded.
+        spec = self.spec
+        return PythonTool, (
+            spec.name,
+            spec.description,
+            dict(spec.parameters),
+            self.target.ref,
+            self._project_root,
+        )
 
     @property
     def source_file(self) -> Path | None:

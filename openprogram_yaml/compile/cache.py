@@ -1,0 +1,294 @@
+"""The compile cache: compiled programs kept on disk, so that running unchanged files does
+not compile them again.
+
+A one-shot ``openprogram-run`` spends most of its own time compiling: reading YAML with
+positions, validating it, checking templates and schemas. When nothing that compile read has
+changed, the program it built is loaded instead, and neither YAML nor pydantic is imported.
+Before an entry is used, everything the compile read is checked:
+
+- every file of ``Program.files`` (agents, the project file, templates, schemas, python tool
+  modules, test files): its size and modification time, or, when those moved, the sha256
+  of its contents;
+- the listing of every folder in ``BuildInputs.folders``, since a new file there may shadow
+  another;
+- the files each of the project's patterns (``agents:``, ``tests:``) matches;
+- the value of every environment variable the files name (kept as a hash);
+- this package's own code, the Python version, the working directory (messages show paths
+  relative to it), and ``PATH`` and ``PYTHONPATH`` (command and python tools are found
+  through them).
+
+A file that changed while it was being compiled (modified less than ``_RACY_NS`` before the
+compile began, or after) is not trusted, and the program is not kept.
+
+Where: ``$OPENPROGRAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/openprogram-yaml``, else
+``~/.cache/openprogram-yaml``. ``OPENPROGRAM_CACHE=off`` turns the cache off. A program that
+holds a secret (a key or header value from the environment) is never written. Entries are
+pickles: they are written only into a folder that belongs to the user and that no one else
+can write to, and a folder that is not like that is not used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import pickle
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from .. import __version__
+from .paths import glob_files
+from .program import Program
+
+__all__ = ["cache_folder", "compile_cached", "load", "store"]
+
+#: Bumped whenever what an entry holds changes shape.
+_FORMAT = 1
+#: A file modified this close to the start of its compile may change again unseen within the
+#: same timestamp tick (git calls this "racy").
+_RACY_NS = 50_000_000
+#: Entries kept; beyond this, the least recently written half is removed.
+_ENTRIES_KEPT = 256
+
+Stamp = tuple[int, int]
+
+
+def cache_folder(environ: Mapping[str, str] | None = None) -> Path | None:
+    """Where entries are kept, or None when the cache is turned off."""
+    env = os.environ if environ is None else environ
+    if env.get("OPENPROGRAM_CACHE", "").strip().lower() in ("off", "0", "no", "false"):
+        return None
+    chosen = env.get("OPENPROGRAM_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "openprogram-yaml"
+
+
+def compile_cached(path: Path, *, environ: Mapping[str, str] | None = None) -> Program:
+    """``compile_path(path)``, or the program it gave last time when nothing it read has
+    changed since. Raises ``ConfigError`` as ``compile_path`` does (failed compiles are not
+    kept: their problems are reported anew each time)."""
+    program = load(path, environ=environ)
+    if program is not None:
+        return program
+    from .project import compile_path
+
+    started = time.time_ns()
+    program = compile_path(path, environ=environ)
+    store(path, program, started_ns=started, environ=environ)
+    return program
+
+
+def load(path: Path, *, environ: Mapping[str, str] | None = None) -> Program | None:
+    """The kept program compiled from ``path``, if it is still what compiling would give."""
+    folder = _usable_folder(environ, create=False)
+    if folder is None:
+        return None
+    env = os.environ if environ is None else environ
+    key = _key(path, env)
+    try:
+        with open(folder / f"{key}.pickle", "rb") as stream:
+            manifest = pickle.load(stream)
+            if not _still_valid(manifest, key, env):
+                return None
+            program = pickle.load(stream)
+    except Exception:  # missing, unreadable, or written by other code: compile instead
+        return None
+    return program if isinstance(program, Program) else None
+
+
+def store(
+    path: Path,
+    program: Program,
+    *,
+    started_ns: int,
+    environ: Mapping[str, str] | None = None,
+) -> bool:
+    """Keep ``program`` (compiled from ``path``, starting at ``started_ns``) for later runs.
+
+    Returns whether it was kept. Programs holding secrets, and programs whose files changed
+    while they were compiled, are not; nor is anything kept when the folder cannot be.
+    """
+    if any(agent.secrets for agent in program.agents.values()):
+        return False
+    env = os.environ if environ is None else environ
+    manifest = _manifest(program, _key(path, env), env, started_ns)
+    if manifest is None:
+        return False
+    folder = _usable_folder(environ, create=True)
+    if folder is None:
+        return False
+    try:
+        descriptor, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")  # mode 0600
+    except OSError:
+        return False
+    try:
+        with os.fdopen(descriptor, "wb") as stream:
+            _write(stream, manifest, program)
+        os.replace(temporary, folder / f"{manifest['key']}.pickle")
+    except Exception:  # a full disk, or a program that does not pickle: it runs uncached
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        return False
+    _prune(folder)
+    return True
+
+
+# --- keys and manifests ------------------------------------------------------------------
+
+
+def _key(path: Path, env: Mapping[str, str]) -> str:
+    parts = (
+        str(_FORMAT),
+        sys.version,
+        _code_fingerprint(),
+        os.path.realpath(path),
+        os.getcwd(),
+        env.get("PATH", ""),
+        env.get("PYTHONPATH", ""),
+    )
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+_fingerprint: list[str] = []
+
+
+def _code_fingerprint() -> str:
+    """This package's version and the size and time of every module file: an edit to the
+    code (an upgrade, or a change in a development checkout) makes every entry stale."""
+    if not _fingerprint:
+        digest = hashlib.sha256(__version__.encode())
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for folder, subfolders, names in os.walk(package):
+            subfolders[:] = sorted(d for d in subfolders if d != "__pycache__")
+            for name in sorted(names):
+                if name.endswith(".py"):
+                    st = os.stat(os.path.join(folder, name))
+                    digest.update(f"{folder}/{name}:{st.st_mtime_ns}:{st.st_size}\0".encode())
+        _fingerprint.append(digest.hexdigest())
+    return _fingerprint[0]
+
+
+def _manifest(
+    program: Program, key: str, env: Mapping[str, str], started_ns: int
+) -> dict[str, Any] | None:
+    """Plain data naming everything the compile read, or None when something changed while
+    it was compiled (or cannot be read), so the program must not be kept."""
+    settled = started_ns - _RACY_NS
+    files = []
+    for file in sorted(program.files, key=str):
+        try:
+            st = os.stat(file)
+            if st.st_mtime_ns >= settled:
+                return None
+            digest = _file_digest(file)
+        except OSError:
+            return None
+        files.append((str(file), (st.st_mtime_ns, st.st_size), digest))
+    folders = []
+    for folder in sorted(program.inputs.folders, key=str):
+        try:
+            st = os.stat(folder)
+            if st.st_mtime_ns >= settled:
+                return None
+            listing = _listing_digest(folder)
+        except OSError:
+            return None
+        folders.append((str(folder), st.st_mtime_ns, listing))
+    return {
+        "format": _FORMAT,
+        "key": key,
+        "root": str(program.root),
+        "files": files,
+        "folders": folders,
+        "env": [(name, _env_digest(env.get(name))) for name in sorted(program.inputs.env_names)],
+        "globs": [
+            (pattern, [str(m) for m in matched]) for pattern, matched in program.inputs.globs
+        ],
+    }
+
+
+def _still_valid(manifest: Any, key: str, env: Mapping[str, str]) -> bool:
+    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+        return False
+    if manifest.get("key") != key:
+        return False
+    for name, digest in manifest["env"]:
+        if _env_digest(env.get(name)) != digest:
+            return False
+    for file, stamp, digest in manifest["files"]:
+        try:
+            st = os.stat(file)
+            if (st.st_mtime_ns, st.st_size) != stamp and _file_digest(file) != digest:
+                return False
+        except OSError:
+            return False
+    for folder, mtime_ns, listing in manifest["folders"]:
+        try:
+            if os.stat(folder).st_mtime_ns != mtime_ns and _listing_digest(folder) != listing:
+                return False
+        except OSError:
+            return False
+    root = Path(manifest["root"])
+    return all(
+        [str(m) for m in glob_files(root, pattern)] == matched
+        for pattern, matched in manifest["globs"]
+    )
+
+
+def _file_digest(path: Path | str) -> bytes:
+    with open(path, "rb") as stream:
+        return hashlib.sha256(stream.read()).digest()
+
+
+def _listing_digest(folder: Path | str) -> bytes:
+    return hashlib.sha256("\0".join(sorted(os.listdir(folder))).encode()).digest()
+
+
+def _env_digest(value: str | None) -> bytes | None:
+    # A hash, not the value: the manifest need not hold what the environment said.
+    return None if value is None else hashlib.sha256(value.encode()).digest()
+
+
+# --- the folder --------------------------------------------------------------------------
+
+
+def _usable_folder(environ: Mapping[str, str] | None, *, create: bool) -> Path | None:
+    """The cache folder, if it is this user's and no one else can write to it."""
+    folder = cache_folder(environ)
+    if folder is None:
+        return None
+    try:
+        if create:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(folder)
+    except OSError:
+        return None
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return None
+    if st.st_mode & 0o022:  # group- or world-writable: others could plant an entry
+        return None
+    return folder
+
+
+def _write(stream: IO[bytes], manifest: dict[str, Any], program: Program) -> None:
+    pickle.dump(manifest, stream, protocol=pickle.HIGHEST_PROTOCOL)
+    pickle.dump(program, stream, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _prune(folder: Path) -> None:
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.endswith(".pickle")]
+        if len(entries) <= _ENTRIES_KEPT:
+            return
+        entries.sort(key=lambda e: e.stat().st_mtime_ns)
+        for entry in entries[: len(entries) - _ENTRIES_KEPT // 2]:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+    except OSError:
+        return

@@ -1,0 +1,251 @@
+"""The compile cache: a program is reused only while nothing its compile read has changed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import EXAMPLES, REPO
+
+from openprogram_yaml.compile import cache
+from openprogram_yaml.compile.program import Program
+from openprogram_yaml.errors import ConfigError
+from openprogram_yaml.runner.cli import main
+
+AGENT = """\
+version: 1
+name: greeter
+model: test
+vars:
+  greeting: ${env:GREETING:-Hello}
+methods:
+  greet:
+    inputs:
+      who: {type: string}
+    prompt_file: prompts/greet.j2
+"""
+
+
+def settle(root: Path, seconds_ago: float = 10.0) -> None:
+    """Date every file and folder under ``root`` (and ``root``) back: an edit made by a
+    test a moment before its compile is too recent to trust, and is not kept."""
+    then = time.time() - seconds_ago
+    for folder, _, names in os.walk(root):
+        for name in names:
+            os.utime(os.path.join(folder, name), (then, then))
+        os.utime(folder, (then, then))
+
+
+def compiled(path: Path) -> tuple[Program, bool]:
+    """The program, and whether it came from the cache."""
+    kept = cache.load(path)
+    return (kept, True) if kept is not None else (cache.compile_cached(path), False)
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Path:
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "greet.j2").write_text("{{ greeting }}, {{ who }}!\n")
+    path = tmp_path / "greeter.yaml"
+    path.write_text(AGENT)
+    settle(tmp_path)
+    return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    shutil.copytree(EXAMPLES / "support_repo", root, ignore=shutil.ignore_patterns("__pycache__"))
+    settle(root)
+    return root
+
+
+def test_an_unchanged_agent_is_loaded_not_compiled(agent: Path) -> None:
+    first, hit = compiled(agent)
+    assert not hit
+    second, hit = compiled(agent)
+    assert hit
+    assert second.version == first.version
+    method = second.agent("greeter").method("greet")
+    assert method.render({"who": "Ada"})[-1]["text"] == "Hello, Ada!\n"
+    assert method.prompt_version == first.agent("greeter").method("greet").prompt_version
+
+
+def test_a_whole_repository_round_trips(repo: Path) -> None:
+    first, _ = compiled(repo)
+    second, hit = compiled(repo)
+    assert hit
+    assert second.files == first.files and second.version == first.version
+    assert sorted(second.agents) == sorted(first.agents)
+    assert [t.id for t in second.tests] == [t.id for t in first.tests]
+    desk = second.agent("desk")
+    assert {t.name for t in desk.tools} == {t.name for t in first.agent("desk").tools}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda a: a.write_text(AGENT.replace("Hello", "Hi")), id="agent file"),
+        pytest.param(
+            lambda a: (a.parent / "prompts" / "greet.j2").write_text("Hey {{ who }}\n"),
+            id="template",
+        ),
+        pytest.param(
+            lambda a: (a.parent / "prompts" / "new.j2").write_text("x"), id="file added nearby"
+        ),
+    ],
+)
+def test_a_change_to_what_the_compile_read_compiles_again(agent: Path, change) -> None:  # type: ignore[no-untyped-def]
+    compiled(agent)
+    change(agent)
+    settle(agent.parent)  # even dated back, the change shows (size, listing or digest)
+    program, hit = compiled(agent)
+    assert not hit
+    assert compiled(agent)[1]  # and the new program is kept
+    assert program.agent("greeter").method("greet").prompt is not None
+
+
+def test_an_edit_that_keeps_size_and_time_is_seen_through_the_digest(agent: Path) -> None:
+    compiled(agent)
+    template = agent.parent / "prompts" / "greet.j2"
+    stamp = os.stat(template)
+    template.write_text("{{ greeting }}; {{ who }}!\n")  # same size
+    os.utime(template, ns=(stamp.st_atime_ns, stamp.st_mtime_ns + 1))
+    program, hit = compiled(agent)
+    assert not hit
+    assert program.agent("greeter").method("greet").render({"who": "Ada"})[-1]["text"] == (
+        "Hello; Ada!\n"
+    )
+
+
+def test_touching_a_file_without_changing_it_keeps_the_entry(agent: Path) -> None:
+    compiled(agent)
+    settle(agent.parent, seconds_ago=5.0)  # new times, same contents (a git checkout)
+    assert compiled(agent)[1]
+
+
+def test_an_environment_variable_the_files_name_is_part_of_the_key(
+    agent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled(agent)
+    monkeypatch.setenv("GREETING", "Howdy")
+    program, hit = compiled(agent)
+    assert not hit
+    assert program.agent("greeter").method("greet").render({"who": "Ada"})[-1]["text"] == (
+        "Howdy, Ada!\n"
+    )
+    monkeypatch.setenv("UNRELATED", "1")
+    assert compiled(agent)[1]
+
+
+def test_the_working_folder_is_part_of_the_key(
+    agent: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    compiled(agent)
+    monkeypatch.chdir(tmp_path / "prompts")  # messages show paths relative to it
+    assert not compiled(agent)[1]
+
+
+def test_a_new_agent_file_matching_the_projects_pattern_is_seen(repo: Path) -> None:
+    compiled(repo)
+    extra = repo / "agents" / "extra.yaml"
+    extra.write_text(AGENT.replace("prompt_file: prompts/greet.j2", "prompt: 'Hi {{ who }}'"))
+    settle(repo)
+    program, hit = compiled(repo)
+    assert not hit
+    assert "greeter" in program.agents
+
+
+def test_a_file_changed_while_it_was_compiled_is_not_kept(agent: Path) -> None:
+    agent.write_text(AGENT)  # modified just now: another save may follow within the tick
+    compiled(agent)
+    assert not compiled(agent)[1]
+    settle(agent.parent)
+    compiled(agent)
+    assert compiled(agent)[1]
+
+
+def test_a_program_holding_a_secret_is_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVICE_TOKEN", "tok-123456789")
+    path = tmp_path / "secret.yaml"
+    path.write_text(
+        "version: 1\nname: s\nmodel: test\n"
+        "tools:\n  lookup:\n    description: look up\n"
+        "    http: {url: 'http://127.0.0.1:9/x',\n"
+        "           headers: {Authorization: 'Bearer ${env:SERVICE_TOKEN}'}}\n"
+        "methods:\n  m:\n    prompt: hi\n"
+    )
+    settle(tmp_path)
+    program = cache.compile_cached(path)
+    assert program.agent("s").secrets
+    folder = cache.cache_folder()
+    assert folder is not None
+    assert not any(folder.iterdir())
+    assert cache.load(path) is None
+
+
+def test_a_broken_entry_is_compiled_again_and_replaced(agent: Path) -> None:
+    compiled(agent)
+    folder = cache.cache_folder()
+    assert folder is not None
+    (entry,) = folder.iterdir()
+    entry.write_bytes(b"not a pickle")
+    assert not compiled(agent)[1]
+    assert compiled(agent)[1]
+
+
+def test_a_folder_others_can_write_to_is_not_used(agent: Path) -> None:
+    folder = cache.cache_folder()
+    assert folder is not None
+    folder.chmod(0o777)
+    cache.compile_cached(agent)
+    assert not any(folder.iterdir())
+    assert cache.load(agent) is None
+
+
+def test_the_cache_can_be_turned_off(agent: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENPROGRAM_CACHE", "off")
+    assert cache.cache_folder() is None
+    cache.compile_cached(agent)
+    assert cache.load(agent) is None
+
+
+def test_a_failed_compile_is_reported_every_time(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("version: 1\nname: bad\nmethods:\n  m:\n    prompt: '{{ nope }}'\n")
+    settle(tmp_path)
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="nope"):
+            cache.compile_cached(path)
+
+
+def test_runs_use_it_and_see_edits(agent: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", str(agent), "greet", "-i", "who=Ada"]) == 0
+    assert "Hello, Ada!" in capsys.readouterr().out
+    assert cache.load(agent) is not None
+    (agent.parent / "prompts" / "greet.j2").write_text("Goodbye, {{ who }}.\n")
+    assert main(["render", str(agent), "greet", "-i", "who=Ada"]) == 0
+    assert "Goodbye, Ada." in capsys.readouterr().out
+
+
+def test_a_run_served_from_the_cache_imports_neither_yaml_nor_pydantic(agent: Path) -> None:
+    code = (
+        "import sys\n"
+        "from openprogram_yaml.runner.cli import main\n"
+        f"code = main([{str(agent)!r}, 'greet', '-i', 'who=Ada'])\n"
+        "print(code, sorted(m for m in ('yaml', 'pydantic') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        for _ in range(2)
+    ]
+    assert runs[0].stdout.splitlines()[-1] == "0 ['pydantic', 'yaml']"  # compiled
+    assert runs[1].stdout.splitlines()[-1] == "0 []"  # loaded
