@@ -96,6 +96,7 @@ def _import(module_name: str, root: Path) -> types.ModuleType:
             sys.path.insert(0, str(root))
         try:
             importlib.invalidate_caches()
+            _forget_other_projects(module_name, root)
             module = sys.modules.get(module_name)
             if module is None:
                 module = importlib.import_module(module_name)
@@ -110,11 +111,43 @@ def _import(module_name: str, root: Path) -> types.ModuleType:
                 stamp = _stamp(file)
                 if stamp is not None:
                     _stamps[module_name] = stamp
+            _note_owner(module_name, root)
             return module
         finally:
             if added:
                 with contextlib.suppress(ValueError):
                     sys.path.remove(str(root))
+
+
+#: Module name -> the project root it was imported from, for the project modules imported
+#: here. Two projects of one process (a test run, an application compiling several) may
+#: both hold a ``tools`` package; each must get its own.
+_owners: dict[str, Path] = {}
+
+
+def _note_owner(module_name: str, root: Path) -> None:
+    parts = module_name.split(".")
+    for i in range(1, len(parts) + 1):
+        name = ".".join(parts[:i])
+        module = sys.modules.get(name)
+        file = _module_file(module) if module is not None else None
+        if file is not None and file.is_relative_to(root):
+            _owners[name] = root
+
+
+def _forget_other_projects(module_name: str, root: Path) -> None:
+    """Unload the package of ``module_name`` when another project's copy of it is loaded,
+    so that importing it again finds this project's. (Programs compiled for the other
+    project keep the functions they hold.)"""
+    top = module_name.split(".")[0]
+    owner = _owners.get(module_name, _owners.get(top))
+    if owner is None or owner == root:
+        return
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        if _owners.get(name) == owner:
+            del sys.modules[name]
+            _owners.pop(name, None)
+            _stamps.pop(name, None)
 
 
 def load_python_tool(ref: str, *, project_root: Path) -> PythonTarget:

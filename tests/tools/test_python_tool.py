@@ -231,3 +231,25 @@ def test_the_model_sees_the_result_through_runtime_exec(
     first = model.requests[1].messages[-1]
     assert (first.role, first.text(), first.is_error) == ("tool", "3", False)
     assert model.requests[0].tools[0].parameters == tool.spec.parameters
+
+
+def test_two_projects_with_a_package_of_the_same_name_each_get_their_own(
+    tmp_path: Path,
+) -> None:
+    package = f"shared_{uuid.uuid4().hex[:8]}"
+    roots = []
+    for label in ("first", "second"):
+        root = tmp_path / label
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text("")
+        (root / package / "fns.py").write_text(f"def which() -> str:\n    return {label!r}\n")
+        roots.append(root)
+    try:
+        for _ in range(2):  # back and forth: each build finds its own project's module
+            for root in roots:
+                tool = PythonTool("which", None, None, f"{package}.fns:which", root)
+                assert run(tool) == root.name
+                assert tool.source_file == (root / package / "fns.py").resolve()
+    finally:
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            del sys.modules[name]
