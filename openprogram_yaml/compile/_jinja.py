@@ -1,35 +1,25 @@
-"""The Jinja2 side of prompt templates: the sandbox, the loader, and load-time analysis.
+"""The Jinja2 side of prompt templates, as rendering needs it: the sandbox and the loader.
 
-This is the only module that imports ``jinja2``. ``templates`` imports it lazily, on the first
-compile, so importing the package stays fast.
+With ``_jinja_analysis`` (what the compiler learns from a template's syntax tree), the only
+modules that import ``jinja2``. Both are imported on first use, so importing the package
+stays fast, and rendering a program loaded from the compile cache never imports the
+analysis.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, nodes
-from jinja2.compiler import CodeGenerator, Frame
+from jinja2 import StrictUndefined, TemplateSyntaxError
 from jinja2.exceptions import SecurityError, TemplateNotFound
-from jinja2.idtracking import VAR_LOAD_ALIAS, VAR_LOAD_RESOLVE
 from jinja2.loaders import BaseLoader
 from jinja2.runtime import Context, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = [
-    "Analysis",
-    "PromptSandbox",
-    "Read",
-    "Reference",
-    "SnapshotLoader",
-    "TemplateSyntaxError",
-    "analyze",
-]
+__all__ = ["PromptSandbox", "SnapshotLoader", "TemplateSyntaxError", "prompt_json"]
 
 #: ``'ab' * n`` and ``[x] * n`` may build at most this many characters or items.
 MAX_REPEAT = 1_000_000
@@ -165,223 +155,3 @@ class SnapshotLoader(BaseLoader):
 
 def _always_current() -> bool:
     return True
-
-
-# --- load-time analysis -------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Read:
-    """A name a template reads from its render context (not one it sets itself)."""
-
-    name: str
-    line: int
-    #: Which use of ``name`` on its line this is (0 = first), counting every variable use,
-    #: local or not, in source order; ``name_uses`` holds how many there are.
-    ordinal: int
-    name_uses: int
-
-
-@dataclass(frozen=True, slots=True)
-class Reference:
-    """An ``include``, ``import`` / ``from … import`` or ``extends`` of another template."""
-
-    kind: str  # "include" | "import" | "extends"
-    name: str | None  # None: the name is computed, not a string literal
-    line: int
-    with_context: bool
-    ignore_missing: bool
-    local_names: frozenset[str]  # the includer's variables the other template also sees
-
-
-@dataclass(frozen=True, slots=True)
-class Analysis:
-    reads: tuple[Read, ...]
-    references: tuple[Reference, ...]
-    failures: tuple[tuple[int, str], ...]  # (line, message): unknown filters and the like
-    top_level: frozenset[str]  # names set at the top level, visible to blocks and macros
-
-
-class _Analyzer(CodeGenerator):
-    """Runs Jinja's code generator without output to learn which names come from the context.
-
-    ``jinja2.meta.find_undeclared_variables`` does the same but keeps neither line numbers
-    nor scopes; here each read is recorded at the ``Name`` node, where Jinja's own symbol
-    tables say whether it is a local (loop variable, ``set``, macro argument …) or a context
-    lookup.
-    """
-
-    def __init__(
-        self, environment: PromptSandbox, name: str, filename: str, tree: nodes.Template
-    ) -> None:
-        super().__init__(environment, name, filename)
-        self.uses = _name_uses(tree)
-        self.reads: list[Read] = []
-        self.references: list[Reference] = []
-        self.failures: list[tuple[int, str]] = []
-
-    def write(self, x: str) -> None:
-        """Generate nothing."""
-
-    def fail(self, msg: str, lineno: int) -> None:  # type: ignore[override]
-        # Keep going so that every problem of the template is reported in one run.
-        self.failures.append((lineno, msg))
-
-    def visit_Name(self, node: nodes.Name, frame: Frame) -> None:
-        if node.ctx == "load":
-            self._note_read(node, frame)
-        super().visit_Name(node, frame)
-
-    def visit_NSRef(self, node: nodes.NSRef, frame: Frame) -> None:
-        self._note_read(node, frame)
-        super().visit_NSRef(node, frame)
-
-    def visit_Include(self, node: nodes.Include, frame: Frame) -> None:
-        self._note_reference("include", node, frame, node.with_context, node.ignore_missing)
-        super().visit_Include(node, frame)
-
-    def visit_Import(self, node: nodes.Import, frame: Frame) -> None:
-        self._note_reference("import", node, frame, node.with_context, False)
-        super().visit_Import(node, frame)
-
-    def visit_FromImport(self, node: nodes.FromImport, frame: Frame) -> None:
-        self._note_reference("import", node, frame, node.with_context, False)
-        super().visit_FromImport(node, frame)
-
-    def visit_Extends(self, node: nodes.Extends, frame: Frame) -> None:
-        self._note_reference("extends", node, frame, True, False)
-        super().visit_Extends(node, frame)
-
-    def _note_read(self, node: nodes.Name | nodes.NSRef, frame: Frame) -> None:
-        name = node.name
-        ref = frame.symbols.find_ref(name)
-        if ref is None:
-            return
-        load = frame.symbols.find_load(ref)
-        while load is not None and load[0] == VAR_LOAD_ALIAS:
-            load = frame.symbols.find_load(load[1])
-        resolved = load is not None and load[0] == VAR_LOAD_RESOLVE
-        if resolved and name not in self.environment.globals:
-            ordinal, count = self.uses.get(id(node), (0, 0))
-            self.reads.append(Read(name, node.lineno, ordinal, count))
-
-    def _note_reference(
-        self,
-        kind: str,
-        node: nodes.Include | nodes.Import | nodes.FromImport | nodes.Extends,
-        frame: Frame,
-        with_context: bool,
-        ignore_missing: bool,
-    ) -> None:
-        target = node.template
-        name = target.value if isinstance(target, nodes.Const) else None
-        stores = frame.symbols.dump_stores() if with_context else {}
-        self.references.append(
-            Reference(
-                kind=kind,
-                name=name if isinstance(name, str) else None,
-                line=node.lineno,
-                with_context=with_context,
-                ignore_missing=ignore_missing,
-                local_names=frozenset(stores),
-            )
-        )
-
-
-def _top_level_names(tree: nodes.Template) -> frozenset[str]:
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (nodes.Assign, nodes.AssignBlock)):
-            names.update(n.name for n in node.target.find_all(nodes.Name))
-            if isinstance(node.target, nodes.Name):
-                names.add(node.target.name)
-        elif isinstance(node, nodes.Macro):
-            names.add(node.name)
-        elif isinstance(node, nodes.Import):
-            names.add(node.target)
-        elif isinstance(node, nodes.FromImport):
-            names.update(n if isinstance(n, str) else n[1] for n in node.names)
-    return frozenset(names)
-
-
-def _source_order(node: nodes.Node) -> list[nodes.Node]:
-    """Children in the order they are written, where Jinja's field order differs."""
-    if isinstance(node, nodes.CondExpr):  # a if b else c
-        parts: list[Any] = [node.expr1, node.test, node.expr2]
-    elif isinstance(node, nodes.For):  # for t in it if test … else …
-        parts = [node.target, node.iter, node.test, *node.body, *node.else_]
-    elif isinstance(node, nodes.FilterBlock):
-        parts = [node.filter, *node.body]
-    elif isinstance(node, nodes.CallBlock):
-        parts = [*node.args, *node.defaults, node.call, *node.body]
-    else:
-        return list(node.iter_child_nodes())
-    return [p for p in parts if isinstance(p, nodes.Node)]
-
-
-def _name_uses(tree: nodes.Template) -> dict[int, tuple[int, int]]:
-    """For each variable use (by node id): its ordinal among same-name uses on its line, and
-    how many such uses the line has."""
-    by_line: dict[tuple[int, str], list[int]] = {}
-    pending: list[nodes.Node] = [tree]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, (nodes.Name, nodes.NSRef)):
-            by_line.setdefault((node.lineno, node.name), []).append(id(node))
-        pending.extend(reversed(_source_order(node)))
-    return {
-        node_id: (ordinal, len(ids))
-        for ids in by_line.values()
-        for ordinal, node_id in enumerate(ids)
-    }
-
-
-_SIMPLE_OUTPUT = re.compile(r"\{\{[-+]?\s*([A-Za-z_][A-Za-z0-9_]*)\s*[-+]?\}\}")
-_NOT_VARIABLES = frozenset(
-    {"and", "or", "not", "in", "is", "if", "else", "true", "false", "none", "True", "False",
-     "None"}
-)  # fmt: skip
-
-
-def simple_analysis(environment: PromptSandbox, source: str) -> Analysis | None:
-    """The analysis of a template made only of text and ``{{ name }}`` outputs, without
-    running Jinja's parser and code generator; None for anything else.
-
-    Most prompts are just that, and a repository has one per method: this keeps checking
-    it cheap. Anything unusual (tags, comments, filters, globals, keywords) is None, and
-    ``analyze`` decides.
-    """
-    if "{%" in source or "{#" in source or "\r" in source:
-        return None
-    matches = list(_SIMPLE_OUTPUT.finditer(source))
-    if len(matches) != source.count("{{"):
-        return None
-    reads: list[tuple[str, int]] = []
-    for match in matches:
-        name = match.group(1)
-        if name in _NOT_VARIABLES or name in environment.globals:
-            return None
-        reads.append((name, source.count("\n", 0, match.start()) + 1))
-    per_line: dict[tuple[int, str], int] = {}
-    for name, line in reads:
-        per_line[(line, name)] = per_line.get((line, name), 0) + 1
-    seen: dict[tuple[int, str], int] = {}
-    out: list[Read] = []
-    for name, line in reads:
-        ordinal = seen.get((line, name), 0)
-        seen[(line, name)] = ordinal + 1
-        out.append(Read(name, line, ordinal, per_line[(line, name)]))
-    return Analysis(reads=tuple(out), references=(), failures=(), top_level=frozenset())
-
-
-def analyze(environment: PromptSandbox, source: str, name: str, filename: str) -> Analysis:
-    """Parse ``source`` and find what it reads and references. Raises TemplateSyntaxError."""
-    tree = environment.parse(source, name, filename)
-    analyzer = _Analyzer(environment, name, filename, tree)
-    analyzer.visit(tree)
-    return Analysis(
-        reads=tuple(analyzer.reads),
-        references=tuple(analyzer.references),
-        failures=tuple(analyzer.failures),
-        top_level=_top_level_names(tree),
-    )

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from openprogram_yaml.compile._jinja import Read, Reference
+    from openprogram_yaml.compile._jinja_analysis import Read, Reference
 
 __all__ = [
     "code_identifiers",

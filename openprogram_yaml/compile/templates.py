@@ -19,7 +19,9 @@ Literal braces: ``{`` and ``}`` alone are plain text, so most JSON needs nothing
 would read as a tag (``{{``, ``{%``, ``{#``), wrap it in ``{% raw %}…{% endraw %}`` or write
 the delimiter as an expression: ``{{ '{{' }}``.
 
-Jinja2 is imported on the first compile, not when this module is imported.
+Jinja2 is imported on the first compile, not when this module is imported. What a compiled
+template needs to render (``CompiledTemplate``) lives in ``rendering``: a program loaded from
+the compile cache renders without this module.
 """
 
 from __future__ import annotations
@@ -32,7 +34,6 @@ import threading
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from openprogram_yaml.compile._template_text import (
@@ -42,132 +43,22 @@ from openprogram_yaml.compile._template_text import (
     reference_col,
     syntax_error_position,
 )
-from openprogram_yaml.errors import ConfigError, Diagnostic, OpenProgramError
-from openprogram_yaml.spec.positions import Position, TextOrigin
+from openprogram_yaml.compile.paths import display_path
+from openprogram_yaml.compile.rendering import CompiledTemplate, TemplateRenderError
+from openprogram_yaml.errors import ConfigError, Diagnostic
+from openprogram_yaml.spec.positions import TextOrigin
 
 if TYPE_CHECKING:
-    from jinja2 import Template
-
-    from openprogram_yaml.compile import _jinja
+    from openprogram_yaml.compile import _jinja, _jinja_analysis
 
 __all__ = ["CompiledTemplate", "TemplateEngine", "TemplateRenderError"]
-
-
-class TemplateRenderError(OpenProgramError):
-    """A template failed while rendering.
-
-    For example a declared input lacks an attribute the template reads (``ticket.title`` on
-    a string), or the sandbox refused an operation. ``position`` is where in the user's files
-    the failing template line is, when known.
-    """
-
-    def __init__(self, message: str, *, template: str, position: Position | None) -> None:
-        self.template = template
-        self.position = position
-        where = f"{position.path}:{position.line}: " if position is not None else ""
-        super().__init__(f"{where}template {template!r}: {message}")
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class CompiledTemplate:
-    """A checked template, ready to render many times.
-
-    ``variables`` are the names it reads from the render variables (across the templates it
-    includes or extends); ``files`` every template file it depends on, transitively (not the
-    file its own source came from: the caller knows that one).
-
-    It holds only data (its source, and the text of every template it pulls in, as checked),
-    so it pickles: the compile cache keeps compiled programs between runs.
-    """
-
-    name: str
-    source: str
-    variables: frozenset[str]
-    files: frozenset[Path]
-    origin: TextOrigin
-    _sources: Mapping[str, str] = field(repr=False)
-    _links: Mapping[tuple[str, str], str] = field(repr=False)
-    #: The Jinja template, generated on first render: checking a repository (or loading
-    #: one to serve a few methods) never pays for code it does not run.
-    _built: list[Template] = field(default_factory=list, repr=False)
-
-    def __getstate__(self) -> tuple[object, ...]:
-        # Generated code stays behind; the template is generated again when first rendered.
-        return (
-            self.name,
-            self.source,
-            self.variables,
-            self.files,
-            self.origin,
-            self._sources,
-            self._links,
-        )
-
-    def __setstate__(self, state: tuple[object, ...]) -> None:
-        name, source, variables, files, origin, sources, links = state
-        for key, value in zip(
-            ("name", "source", "variables", "files", "origin", "_sources", "_links", "_built"),
-            (name, source, variables, files, origin, sources, links, []),
-            strict=True,
-        ):
-            object.__setattr__(self, key, value)
-
-    @property
-    def _template(self) -> Template:
-        if not self._built:
-            from openprogram_yaml.compile import _jinja
-
-            env = _jinja.PromptSandbox(
-                loader=_jinja.SnapshotLoader(self._sources), links=self._links
-            )
-            code = env.compile(self.source, name=self.name, filename=self.origin.path)
-            template = env.template_class.from_code(env, code, env.make_globals(None))
-            for key in self._sources:
-                env.get_template(key)  # compile every dependency now, so render only renders
-            self._built.append(template)
-        return self._built[0]
-
-    def render(self, variables: Mapping[str, Any]) -> str:
-        """The prompt text; raises TemplateRenderError when the template fails."""
-        try:
-            return self._template.render(variables)
-        except Exception as exc:
-            # Anything a user's template can raise (undefined attribute, sandbox refusal,
-            # a bad filter argument) is translated here, at the boundary.
-            raise TemplateRenderError(
-                _describe_render_failure(exc), template=self.name, position=self._where(exc)
-            ) from exc
-
-    def _where(self, exc: BaseException) -> Position | None:
-        # Jinja rewrites tracebacks so that template frames carry the template's file name
-        # and line; the innermost such frame is the line that failed.
-        position: Position | None = None
-        tb: TracebackType | None = exc.__traceback__
-        while tb is not None:
-            filename = tb.tb_frame.f_code.co_filename
-            if filename == self.origin.path:
-                position = self.origin.locate(tb.tb_lineno)
-            elif filename in self._sources:
-                position = Position(_display(Path(filename)), tb.tb_lineno, 0)
-            tb = tb.tb_next
-        return position
-
-
-def _describe_render_failure(exc: Exception) -> str:
-    # Matched by name so that this module need not import Jinja to describe its errors.
-    kind = type(exc).__name__
-    if kind == "SecurityError":
-        return f"the sandbox refused it: {exc}"
-    if kind == "UndefinedError":
-        return f"{exc} (the value given does not have what the template reads)"
-    return f"{kind}: {exc}"
 
 
 @dataclass(frozen=True, slots=True)
 class _FileEntry:
     stamp: tuple[int, int]
     source: str
-    analysis: _jinja.Analysis | None
+    analysis: _jinja_analysis.Analysis | None
     problems: tuple[Diagnostic, ...]
 
 
@@ -200,7 +91,7 @@ class _Unit:
 
     key: str  # the Jinja name: the root's name, or a file's real path
     source: str
-    analysis: _jinja.Analysis
+    analysis: _jinja_analysis.Analysis
     origin: TextOrigin
     base_dir: Path  # where ./ and ../ names start
     sees_inputs: bool  # False inside a template imported without context
@@ -239,7 +130,7 @@ _CHECKED_KEPT = 8192
 
 #: Analyses by template text. What a template reads and pulls in depends on its text alone,
 #: and repositories repeat texts (shared prompt files, the same inline prompt in many agents).
-_analyses: dict[str, _jinja.Analysis] = {}
+_analyses: dict[str, _jinja_analysis.Analysis] = {}
 _ANALYSES_KEPT = 4096
 
 
@@ -364,14 +255,14 @@ class TemplateEngine:
 
     def _parse(
         self, source: str, name: str, origin: TextOrigin
-    ) -> tuple[_jinja.Analysis | None, tuple[Diagnostic, ...]]:
-        from openprogram_yaml.compile import _jinja
+    ) -> tuple[_jinja_analysis.Analysis | None, tuple[Diagnostic, ...]]:
+        from openprogram_yaml.compile import _jinja, _jinja_analysis
 
         env = self._environment()
         try:
             analysis = _analyses.get(source)
             if analysis is None:
-                analysis = _jinja.simple_analysis(env, source) or _jinja.analyze(
+                analysis = _jinja_analysis.simple_analysis(env, source) or _jinja_analysis.analyze(
                     env, source, name, origin.path
                 )
                 if len(_analyses) >= _ANALYSES_KEPT:
@@ -404,7 +295,7 @@ class TemplateEngine:
         for ref in unit.analysis.references:
             self._follow(unit, ref, check)
 
-    def _follow(self, unit: _Unit, ref: _jinja.Reference, check: _Check) -> None:
+    def _follow(self, unit: _Unit, ref: _jinja_analysis.Reference, check: _Check) -> None:
         col = reference_col(unit.source, ref)
         if ref.name is None:
             check.add(unit.origin, ref.line, col, _COMPUTED_NAME.format(kind=ref.kind))
@@ -415,7 +306,8 @@ class TemplateEngine:
                 check.add(unit.origin, ref.line, col, found.message)
             return
         if found in unit.chain:
-            cycle = " → ".join(_display(p) for p in (*unit.chain[unit.chain.index(found) :], found))
+            looped = (*unit.chain[unit.chain.index(found) :], found)
+            cycle = " → ".join(_display_str(p) for p in looped)
             check.add(
                 unit.origin,
                 ref.line,
@@ -445,7 +337,7 @@ class TemplateEngine:
                 key=key,
                 source=entry.source,
                 analysis=entry.analysis,
-                origin=TextOrigin(_display(found), 1, 1, "file"),
+                origin=TextOrigin(_display_str(found), 1, 1, "file"),
                 base_dir=found.parent,
                 sees_inputs=sees_inputs,
                 local_names=local_names,
@@ -475,14 +367,14 @@ class TemplateEngine:
                 )
             return real
         where = (
-            f"next to this template ({_display(base_dir)})"
+            f"next to this template ({_display_str(base_dir)})"
             if relative
             else (f"in the template folders ({self._folder_list()})")
         )
         return _Unresolved(f"template {name!r} not found {where}", missing=True)
 
     def _folder_list(self) -> str:
-        return ", ".join(_display(p) + os.sep for p in self.search_paths)
+        return ", ".join(_display_str(p) + os.sep for p in self.search_paths)
 
     def _load(self, path: Path) -> _FileEntry:
         try:
@@ -494,7 +386,7 @@ class TemplateEngine:
             cached = self._files.get(path)
         if cached is not None and cached.stamp == stamp:
             return cached
-        origin = TextOrigin(_display(path), 1, 1, "file")
+        origin = TextOrigin(_display_str(path), 1, 1, "file")
         try:
             source = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -568,9 +460,5 @@ def _undeclared_message(name: str, unit: _Unit, check: _Check) -> str:
     )
 
 
-def _display(path: Path) -> str:
-    """A path as users see it in messages: relative to the working directory when inside it."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+def _display_str(path: Path) -> str:
+    return str(display_path(path))

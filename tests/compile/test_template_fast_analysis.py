@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from openprogram_yaml.compile import _jinja
+from openprogram_yaml.compile import _jinja, _jinja_analysis
 
 PIECES = [
     "Ticket: ", "{{ ticket }}", "{{name}}", "{{- tone -}}", "\n", " and ", "}} ", "{ x }",
@@ -20,11 +20,11 @@ def test_the_shortcut_agrees_with_jinja_or_steps_aside() -> None:
     taken = 0
     for _ in range(1500):
         source = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 8)))
-        fast = _jinja.simple_analysis(env, source)
+        fast = _jinja_analysis.simple_analysis(env, source)
         if fast is None:
             continue
         taken += 1
-        assert fast == _jinja.analyze(env, source, "t", "t"), source
+        assert fast == _jinja_analysis.analyze(env, source, "t", "t"), source
     assert taken > 100
 
 
@@ -32,4 +32,4 @@ def test_anything_beyond_names_goes_to_jinja() -> None:
     env = _jinja.PromptSandbox()
     for source in ["{{ x|upper }}", "{{ x.y }}", "{% if x %}{% endif %}", "{{ true }}",
                    "{{ range }}", "{# c #}", "{{ x", "a\rb {{ x }}"]:  # fmt: skip
-        assert _jinja.simple_analysis(env, source) is None, source
+        assert _jinja_analysis.simple_analysis(env, source) is None, source

@@ -1,0 +1,133 @@
+"""A compiled template, ready to render: what a program keeps of each prompt template.
+
+``templates.TemplateEngine`` checks templates and makes these; rendering needs only this
+module (and Jinja2, on the first render), so a program loaded from the compile cache
+renders without the checker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from openprogram_yaml.compile.paths import display_path
+from openprogram_yaml.errors import OpenProgramError
+from openprogram_yaml.spec.positions import Position, TextOrigin
+
+if TYPE_CHECKING:
+    from jinja2 import Template
+
+__all__ = ["CompiledTemplate", "TemplateRenderError"]
+
+
+class TemplateRenderError(OpenProgramError):
+    """A template failed while rendering.
+
+    For example a declared input lacks an attribute the template reads (``ticket.title`` on
+    a string), or the sandbox refused an operation. ``position`` is where in the user's files
+    the failing template line is, when known.
+    """
+
+    def __init__(self, message: str, *, template: str, position: Position | None) -> None:
+        self.template = template
+        self.position = position
+        where = f"{position.path}:{position.line}: " if position is not None else ""
+        super().__init__(f"{where}template {template!r}: {message}")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class CompiledTemplate:
+    """A checked template, ready to render many times.
+
+    ``variables`` are the names it reads from the render variables (across the templates it
+    includes or extends); ``files`` every template file it depends on, transitively (not the
+    file its own source came from: the caller knows that one).
+
+    It holds only data (its source, and the text of every template it pulls in, as checked),
+    so it pickles: the compile cache keeps compiled programs between runs.
+    """
+
+    name: str
+    source: str
+    variables: frozenset[str]
+    files: frozenset[Path]
+    origin: TextOrigin
+    _sources: Mapping[str, str] = field(repr=False)
+    _links: Mapping[tuple[str, str], str] = field(repr=False)
+    #: The Jinja template, generated on first render: checking a repository (or loading
+    #: one to serve a few methods) never pays for code it does not run.
+    _built: list[Template] = field(default_factory=list, repr=False)
+
+    def __getstate__(self) -> tuple[object, ...]:
+        # Generated code stays behind; the template is generated again when first rendered.
+        return (
+            self.name,
+            self.source,
+            self.variables,
+            self.files,
+            self.origin,
+            self._sources,
+            self._links,
+        )
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        name, source, variables, files, origin, sources, links = state
+        for key, value in zip(
+            ("name", "source", "variables", "files", "origin", "_sources", "_links", "_built"),
+            (name, source, variables, files, origin, sources, links, []),
+            strict=True,
+        ):
+            object.__setattr__(self, key, value)
+
+    @property
+    def _template(self) -> Template:
+        if not self._built:
+            from openprogram_yaml.compile import _jinja
+
+            env = _jinja.PromptSandbox(
+                loader=_jinja.SnapshotLoader(self._sources), links=self._links
+            )
+            code = env.compile(self.source, name=self.name, filename=self.origin.path)
+            template = env.template_class.from_code(env, code, env.make_globals(None))
+            for key in self._sources:
+                env.get_template(key)  # compile every dependency now, so render only renders
+            self._built.append(template)
+        return self._built[0]
+
+    def render(self, variables: Mapping[str, Any]) -> str:
+        """The prompt text; raises TemplateRenderError when the template fails."""
+        try:
+            return self._template.render(variables)
+        except Exception as exc:
+            # Anything a user's template can raise (undefined attribute, sandbox refusal,
+            # a bad filter argument) is translated here, at the boundary.
+            raise TemplateRenderError(
+                _describe_render_failure(exc), template=self.name, position=self._where(exc)
+            ) from exc
+
+    def _where(self, exc: BaseException) -> Position | None:
+        # Jinja rewrites tracebacks so that template frames carry the template's file name
+        # and line; the innermost such frame is the line that failed.
+        position: Position | None = None
+        tb: TracebackType | None = exc.__traceback__
+        while tb is not None:
+            filename = tb.tb_frame.f_code.co_filename
+            if filename == self.origin.path:
+                position = self.origin.locate(tb.tb_lineno)
+            elif filename in self._sources:
+                position = Position(str(display_path(Path(filename))), tb.tb_lineno, 0)
+            tb = tb.tb_next
+        return position
+
+
+def _describe_render_failure(exc: Exception) -> str:
+    # Matched by name so that this module need not import Jinja to describe its errors.
+    kind = type(exc).__name__
+    if kind == "SecurityError":
+        return f"the sandbox refused it: {exc}"
+    if kind == "UndefinedError":
+        return f"{exc} (the value given does not have what the template reads)"
+    return f"{kind}: {exc}"
