@@ -5,12 +5,13 @@ it pulls in, and what it refuses, each with its line. Rendering does not need th
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import TemplateSyntaxError, nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.idtracking import VAR_LOAD_ALIAS, VAR_LOAD_RESOLVE
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ._jinja import PromptSandbox
 
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Read:
     """A name a template reads from its render context (not one it sets itself)."""
 
@@ -36,7 +37,7 @@ class Read:
     name_uses: int
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Reference:
     """An ``include``, ``import`` / ``from … import`` or ``extends`` of another template."""
 
@@ -48,7 +49,7 @@ class Reference:
     local_names: frozenset[str]  # the includer's variables the other template also sees
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Analysis:
     reads: tuple[Read, ...]
     references: tuple[Reference, ...]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
 from ..spec.positions import TextOrigin
@@ -75,7 +77,7 @@ class Collector:
         return compiled
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class ProjectContext:
     """What a project (``openprogram.yaml``) gives every agent it holds."""
 

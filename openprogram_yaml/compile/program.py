@@ -9,9 +9,11 @@ import difflib
 import hashlib
 import json
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import DecisionError, InputValidationError, ToolError, UsageError
 from ..runtime.context import current_method
@@ -38,7 +40,7 @@ __all__ = [
 DEFAULT_MAX_STEPS = 10
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class ExecOptions:
     """Call options after ``defaults`` and the method's own settings are merged."""
 
@@ -53,7 +55,7 @@ class ExecOptions:
     max_steps: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class ChoiceOption:
     """One ``choices`` option: a value, a method to continue with, or a schema of fields."""
 
@@ -64,7 +66,7 @@ class ChoiceOption:
     schema: Mapping[str, Any] | None = None
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class RunState:
     """The path one run takes through methods by ``choices``, and its bound."""
 
@@ -85,7 +87,7 @@ class RunState:
         return step
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class RetryPolicy:
     """The agent's retry settings; ``None`` leaves the Runtime's environment defaults."""
 
@@ -94,7 +96,7 @@ class RetryPolicy:
     max_validation_retries: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class RuntimeRule:
     """Models matching ``match`` (a glob) are served by ``runtime`` with ``options``."""
 
@@ -142,7 +144,7 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Method:
     """A method ready to run: inputs checked, prompt rendered, options merged."""
 
@@ -353,7 +355,7 @@ def _settle(option: ChoiceOption, step: dict[str, Any]) -> Any:
     return pick
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Agent:
     """An agent file, compiled."""
 
@@ -471,7 +473,7 @@ def _method_tool(name: str, method: Method, runtime: Runtime) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class BuildInputs:
     """What a compile read besides the contents of ``Program.files``: enough to tell, later,
     whether compiling again would give the same program (the compile cache asks)."""
@@ -485,7 +487,7 @@ class BuildInputs:
     globs: tuple[tuple[str, tuple[Path, ...]], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Program:
     """Everything compiled from a set of files; immutable, so a reload swaps it whole."""
 

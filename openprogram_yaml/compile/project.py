@@ -15,8 +15,9 @@ import hashlib
 import os
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
 from ..spec.diagnostics import did_you_mean
@@ -213,7 +214,7 @@ def _trusted_stamp(path: Path, now_ns: int) -> Stamp:
     return stamp
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class _CachedAgent:
     ctx_key: tuple[object, ...]
     doc: AgentDocument

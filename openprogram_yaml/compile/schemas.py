@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import Diagnostic
 from ..runtime.validation import schema_issues
@@ -30,7 +32,7 @@ ENVELOPE_KEYS = frozenset(
 _FALLBACKS = ("auto", "none", "prompt")
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class SchemaBundle:
     """A self-contained schema plus the files it was built from."""
 

@@ -32,10 +32,11 @@ import os
 import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.compile._template_text import (
     code_identifiers,
     column_of,
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["CompiledTemplate", "TemplateEngine", "TemplateRenderError"]
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class _FileEntry:
     stamp: tuple[int, int]
     source: str
@@ -62,7 +63,7 @@ class _FileEntry:
     problems: tuple[Diagnostic, ...]
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class _Check:
     """The state of one compile: what was found, and what the compiled template pins."""
 
@@ -79,13 +80,13 @@ class _Check:
         self.diagnostics[Diagnostic(position.path, position.line, position.col, message)] = None
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class _Unresolved:
     message: str
     missing: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class _Unit:
     """One template being checked, and how it is rendered."""
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..runtime.validation import SchemaValidator
 from ..spec.diagnostics import did_you_mean
@@ -63,7 +65,7 @@ def value_at(value: Any, path: JsonPath) -> Any:
 MISSING = _MISSING
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Expectations:
     """An ``expect:`` block, ready to check."""
 
@@ -81,7 +83,7 @@ class Expectations:
     error: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class CompiledTest:
     """One test case, checked and ready to run."""
 

@@ -15,9 +15,10 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ErrorReason
 from ..redaction import redact
@@ -232,7 +233,7 @@ def image_source(block: Mapping[str, Any]) -> tuple[str, str] | str | None:
 # --- server-sent events ----------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class SSEEvent:
     """One server-sent event: its ``event`` name (default "message") and ``data`` text."""
 

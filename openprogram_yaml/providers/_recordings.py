@@ -13,9 +13,11 @@ import os
 import re
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError
 from ..redaction import REDACTED, redact
@@ -309,7 +311,7 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Recording:
     """One recorded turn as read from ``path``."""
 

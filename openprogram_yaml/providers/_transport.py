@@ -16,8 +16,10 @@ import codecs
 import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 if TYPE_CHECKING:
     import aiohttp
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class HTTPSettings:
     """How to build a provider's client. ``headers`` may hold secrets: never print them."""
 
@@ -51,7 +53,7 @@ class HTTPSettings:
     keepalive_expiry_s: float = 30.0
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Timeouts:
     """Seconds allowed to connect and between reads (and to wait for a pooled connection)."""
 

@@ -16,9 +16,10 @@ import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
+from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.runtimes.protocol import (
     Capabilities,
     Message,
@@ -314,7 +315,7 @@ class TestRuntime:
 # --- the scripted model ----------------------------------------------------------------
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class Reply:
     """One scripted turn. Build with ``Reply.text``, ``Reply.json``, ``Reply.call`` …"""
 
@@ -385,7 +386,7 @@ class Reply:
         return replace(self, delay_s=seconds)
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class ScriptedRequest:
     """What ``ScriptedRuntime`` received for one turn."""
 

@@ -17,10 +17,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..compile.program import DEFAULT_MAX_STEPS, Agent, Program, RunState
 from ..errors import OpenProgramError, UsageError
@@ -44,7 +46,7 @@ __all__ = [
 Status = Literal["ok", "failed", "interrupted"]
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class VersionStamp:
     """Which version of the prompts a run used.
 
@@ -65,7 +67,7 @@ class VersionStamp:
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class _GitInfo:
     toplevel: Path
     git_dir: Path
@@ -154,7 +156,7 @@ class GitStamper:
         return status is None or bool(status.strip())
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class RunRecord:
     """One run, as written to ``--records FILE`` and returned by ``serve``."""
 

@@ -19,9 +19,10 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..compile.program import Program
 from ..compile.project import compile_path
@@ -42,7 +43,7 @@ STEP_MS = 10
 ReloadStatus = Literal["loaded", "failed", "unchanged"]
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class ReloadEvent:
     """The outcome of one recompile.
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..runtimes.protocol import (
     Capabilities,
@@ -26,7 +28,7 @@ __all__ = ["CaptureSelector", "CapturedRequest", "format_request"]
 _CAPTURED = "request captured by `openprogram-run render`; no model was called"
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class CapturedRequest:
     """The first turn a method would send."""
 

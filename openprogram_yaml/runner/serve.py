@@ -22,10 +22,11 @@ import json
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..compile.program import Method, Program
 from ..errors import ConfigError, Diagnostic, UsageError
@@ -64,7 +65,7 @@ class _HttpError(Exception):
         self.status = status
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class _Request:
     method: str
     path: str

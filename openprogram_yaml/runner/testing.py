@@ -11,8 +11,10 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol, TextIO
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..compile.program import Program
 from ..compile.tests import MISSING, CompiledTest, value_at
@@ -31,7 +33,7 @@ class Writer(Protocol):
 _SHOWN = 600
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class TestOutcome:
     """The result of one test: its problems (empty when it passed) and the run's record."""
 

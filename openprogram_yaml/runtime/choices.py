@@ -14,9 +14,10 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.errors import DecisionError
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.schemas import validator_for
@@ -39,7 +40,7 @@ _PY_TYPES = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Choice:
     """One option. ``schema`` is the fields of a schema option or the arguments of a method."""
 
@@ -61,7 +62,7 @@ class Choice:
         return self.schema if self.schema is not None else _EMPTY_OBJECT
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class ChoiceSet:
     """The options of one ``choices`` and how many re-picks an invalid pick gets."""
 

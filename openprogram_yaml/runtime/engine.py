@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.errors import ErrorReason, LLMError
 from openprogram_yaml.runtime.choices import ChoiceTerminal, resolve_choice
 from openprogram_yaml.runtime.content import assistant_reply
@@ -122,7 +122,7 @@ def message_record(message: Message) -> dict[str, Any]:
     return record
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class ExecRun:
     """The state of one exec. Built by ``Runtime.async_exec``."""
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
+from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.errors import ErrorReason, LLMError
 from openprogram_yaml.runtimes.failures import (
     classify_status,
@@ -54,7 +54,7 @@ PERMANENT_REASONS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class RetryInfo:
     """What ``on_retry`` receives before each backoff sleep."""
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.errors import (
     StructuredOutputError,
     StructuredOutputGenerationError,
@@ -50,7 +51,7 @@ _FALLBACKS = ("auto", "none", "prompt")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class ResponseFormat:
     """A normalised structured-output request. Build with ``normalize_response_format``."""
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.runtimes.protocol import ToolSpec
 
 __all__ = [
@@ -32,7 +33,7 @@ __all__ = [
 RESERVED_TOOLSETS = frozenset({"full", "none"})
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Tool:
     """A tool the runtime can offer: its spec, and ``execute(**arguments)`` (sync or async)."""
 
@@ -92,7 +93,7 @@ def as_tool(obj: Any) -> Tool:
     return Tool(_spec_from(spec, "tool"), execute, str(source), _is_async(execute))
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class ToolsetPreset:
     """A named set of tools: names or glob patterns, other presets included, allow and deny."""
 
@@ -103,7 +104,7 @@ class ToolsetPreset:
     description: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class ToolPolicy:
     """Allow lists (each must match) and deny patterns (none may match)."""
 

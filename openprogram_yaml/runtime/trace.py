@@ -15,10 +15,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import IO, Any
 
+from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.redaction import REDACTED
 
 __all__ = ["SessionTrace", "TraceNode", "current_span", "jsonable"]
@@ -47,7 +48,7 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class TraceNode:
     """One recorded step. ``data`` holds kind-specific fields (messages, usage, attempts, …)."""
 

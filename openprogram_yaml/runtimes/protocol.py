@@ -21,8 +21,10 @@ Keyword arguments a runtime receives in ``run_turn`` (all optional; ignore what 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, Protocol, runtime_checkable
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 __all__ = [
     "AgentRuntimeProtocol",
@@ -43,7 +45,7 @@ __all__ = [
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class ToolCall:
     """A tool call the model asked for. ``arguments`` is the raw JSON text it sent."""
 
@@ -52,7 +54,7 @@ class ToolCall:
     arguments: str = "{}"
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class ToolSpec:
     """A tool as the model sees it."""
 
@@ -62,7 +64,7 @@ class ToolSpec:
     strict: bool = False
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class Message:
     """One chat message in a provider-neutral shape.
 
@@ -85,7 +87,7 @@ class Message:
         return "".join(b.get("text", "") for b in self.content if b.get("type") == "text")
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class Usage:
     """Token usage of one turn (or a sum of turns)."""
 
@@ -116,7 +118,7 @@ class Usage:
         }
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class TurnFailure:
     """A classified failure, for the retry loop. ``reason`` takes ``ErrorReason`` values."""
 
@@ -127,7 +129,7 @@ class TurnFailure:
     retry_after_s: float | None = None
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class RuntimeResult:
     """The outcome of one turn. Failures are returned in ``error`` (and ``failure``)."""
 
@@ -143,7 +145,7 @@ class RuntimeResult:
     failure: TurnFailure | None = None
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class RuntimeDelta:
     """A streamed piece of a turn: ``type`` is "text", "tool_call", "thinking" or "error"."""
 
@@ -155,7 +157,7 @@ class RuntimeDelta:
 DeltaCallback = Callable[[RuntimeDelta], None]
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class RuntimeConfig:
     """Identity and options a runtime was resolved with."""
 
@@ -163,7 +165,7 @@ class RuntimeConfig:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class RuntimeRegistryEntry:
     """What the registry knows about one runtime."""
 
@@ -178,7 +180,7 @@ class RuntimeRegistryEntry:
             self.display_name = self.runtime_id
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Capabilities:
     """What a runtime can do for a model; ``Runtime.exec`` picks modes from these."""
 

@@ -23,8 +23,10 @@ import inspect
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from .protocol import AgentRuntimeProtocol, RuntimeRegistryEntry
 
@@ -58,7 +60,7 @@ _BUILTINS = {
 }
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class _Registration:
     entry: RuntimeRegistryEntry
     target: Any

@@ -18,9 +18,11 @@ from __future__ import annotations
 import difflib
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from fnmatch import fnmatchcase
 from typing import Any
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import UsageError
 from .protocol import AgentRuntimeProtocol
@@ -58,7 +60,7 @@ def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class RuntimeRule:
     """Models matching ``match`` (a glob on the whole model ref) go to ``runtime``,
     created with ``options``."""
@@ -77,7 +79,7 @@ class RuntimeRule:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class ProviderConfig:
     """A named provider: the runtime behind it (default: the runtime named ``name``) and
     how to reach it. ``options`` holds further runtime options. The key and header values
@@ -119,7 +121,7 @@ class ProviderConfig:
         return f"ProviderConfig(name={self.name!r}, runtime={self.runtime_id!r}, {shown!r})"
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class Selection:
     """Why a model ref goes to a runtime. ``source`` is "rule", "provider" or "supports"."""
 
@@ -155,7 +157,7 @@ class Selection:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@fast_dataclass(frozen=True)
 class SelectorProblem:
     """A rule or provider that names no registered runtime; ``where`` is
     ``"runtimes[i]"`` or ``"providers.NAME"``."""

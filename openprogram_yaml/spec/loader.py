@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
 from .diagnostics import validation_diagnostics
@@ -20,7 +22,7 @@ __all__ = ["AgentDocument", "PartialDocument", "load_agent_file", "load_document
 M = TypeVar("M", bound=BaseModel)
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class AgentDocument:
     """An agent file, validated: the spec plus where everything in it came from."""
 

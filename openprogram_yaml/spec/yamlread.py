@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
 from .positions import Position, TextOrigin
@@ -25,7 +27,7 @@ Loc = tuple[str | int, ...]
 MAX_EXPANDED_NODES = 100_000
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class SourceMap:
     """Where a document's values (``values``) and mapping keys (``keys``) are, by path.
 
@@ -69,7 +71,7 @@ class SourceMap:
         return TextOrigin(pos.path, pos.line, pos.col, style, indent)
 
 
-@dataclass(slots=True)
+@fast_dataclass
 class LoadedYAML:
     data: Any
     source: SourceMap
