@@ -7,6 +7,7 @@ bound, jittered upwards only so that many clients told the same time do not retu
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -131,37 +132,43 @@ def backoff_delay(
 
 
 # Ordered: the first pattern that matches decides. Checked against "ClassName: message".
-_TEXT_RULES: tuple[tuple[re.Pattern[str], str, bool], ...] = tuple(
-    (re.compile(pattern, re.IGNORECASE), reason.value, retryable)
-    for pattern, reason, retryable in (
-        (r"transport.?exhausted", ErrorReason.TRANSPORT_EXHAUSTED, False),
-        (r"insufficient.?quota|quota.{0,20}exceeded|billing|\b402\b", ErrorReason.QUOTA, False),
-        (
-            r"invalid.{0,10}api.?key|unauthori[sz]ed|authentication|permission.?denied|forbidden|"
-            r"expired.{0,20}(key|token|credential)|\b40[13]\b",
-            ErrorReason.AUTH,
-            False,
-        ),
-        (r"rate.?limit|too many requests|\b429\b", ErrorReason.RATE_LIMIT, True),
-        (r"timed? ?out|timeout", ErrorReason.TIMEOUT, True),
-        (
-            r"overloaded|server.?error|bad gateway|unavailable|\b5\d\d\b",
-            ErrorReason.SERVER_ERROR,
-            True,
-        ),
-        (r"connect|network|reset by peer|broken pipe|eof", ErrorReason.CONNECTION, True),
-        (
-            r"bad.?request|invalid.?request|invalid image|unprocessable|\b4(00|04|13|22)\b",
-            ErrorReason.INVALID_REQUEST,
-            False,
-        ),
-    )
+_TEXT_PATTERNS: tuple[tuple[str, ErrorReason, bool], ...] = (
+    (r"transport.?exhausted", ErrorReason.TRANSPORT_EXHAUSTED, False),
+    (r"insufficient.?quota|quota.{0,20}exceeded|billing|\b402\b", ErrorReason.QUOTA, False),
+    (
+        r"invalid.{0,10}api.?key|unauthori[sz]ed|authentication|permission.?denied|forbidden|"
+        r"expired.{0,20}(key|token|credential)|\b40[13]\b",
+        ErrorReason.AUTH,
+        False,
+    ),
+    (r"rate.?limit|too many requests|\b429\b", ErrorReason.RATE_LIMIT, True),
+    (r"timed? ?out|timeout", ErrorReason.TIMEOUT, True),
+    (
+        r"overloaded|server.?error|bad gateway|unavailable|\b5\d\d\b",
+        ErrorReason.SERVER_ERROR,
+        True,
+    ),
+    (r"connect|network|reset by peer|broken pipe|eof", ErrorReason.CONNECTION, True),
+    (
+        r"bad.?request|invalid.?request|invalid image|unprocessable|\b4(00|04|13|22)\b",
+        ErrorReason.INVALID_REQUEST,
+        False,
+    ),
 )
+
+
+@functools.cache
+def _text_rules() -> tuple[tuple[re.Pattern[str], str, bool], ...]:
+    # Compiled on the first failure, not at import: most runs never need them.
+    return tuple(
+        (re.compile(pattern, re.IGNORECASE), reason.value, retryable)
+        for pattern, reason, retryable in _TEXT_PATTERNS
+    )
 
 
 def classify_error_text(text: str) -> TurnFailure:
     """Classify an error known only by its text. Unknown errors count as transient."""
-    for pattern, reason, retryable in _TEXT_RULES:
+    for pattern, reason, retryable in _text_rules():
         if pattern.search(text):
             return TurnFailure(reason=reason, message=text, retryable=retryable)
     return TurnFailure(reason=ErrorReason.UNKNOWN.value, message=text, retryable=True)

@@ -24,11 +24,15 @@ from openprogram_yaml.redaction import REDACTED
 
 __all__ = ["SessionTrace", "TraceNode", "current_span", "jsonable"]
 
-_SECRET_KEY = re.compile(
+_SECRET_KEY_PATTERN = (
     r"(^|[_-])(api[_-]?key|authorization|secret|password|passwd|access[_-]?token|"
-    r"refresh[_-]?token|auth[_-]?token|bearer|x-api-key)$",
-    re.IGNORECASE,
+    r"refresh[_-]?token|auth[_-]?token|bearer|x-api-key)$"
 )
+
+
+def _secret_key(key: str) -> bool:
+    # re caches the compiled pattern; compiling it on first use keeps it out of start-up.
+    return re.search(_SECRET_KEY_PATTERN, key, re.IGNORECASE) is not None
 
 
 def jsonable(value: Any) -> Any:
@@ -37,8 +41,7 @@ def jsonable(value: Any) -> Any:
         return value
     if isinstance(value, dict):
         return {
-            str(k): (REDACTED if _SECRET_KEY.search(str(k)) else jsonable(v))
-            for k, v in value.items()
+            str(k): (REDACTED if _secret_key(str(k)) else jsonable(v)) for k, v in value.items()
         }
     if isinstance(value, list | tuple | set | frozenset):
         return [jsonable(v) for v in value]

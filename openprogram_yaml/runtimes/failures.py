@@ -15,7 +15,7 @@ from ..errors import ErrorReason
 
 __all__ = ["classify_status", "is_quota_text", "parse_retry_after", "retry_after_from_headers"]
 
-_NUMBER = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$", re.IGNORECASE)
+_NUMBER = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$"  # compiled (and cached by re) on first use
 _QUOTA_MARKERS = ("insufficient_quota", "quota", "billing")
 
 
@@ -28,7 +28,7 @@ def parse_retry_after(value: str | float | None, *, now: float | None = None) ->
         return None
     if isinstance(value, int | float):
         return float(value) if value >= 0 else None
-    match = _NUMBER.match(value)
+    match = re.match(_NUMBER, value, re.IGNORECASE)
     if match:
         number = float(match.group(1))
         return number / 1000.0 if (match.group(2) or "").lower() == "ms" else number
