@@ -177,6 +177,13 @@ class Method:
             self._prompt_hashed.append(self._prompt_hash())
         return self._prompt_hashed[0]
 
+    def prepare_templates(self) -> None:
+        """Generate the code of this method's templates now instead of at their first
+        render (the command line does it before a run, as part of start-up)."""
+        for template in (self.instructions, self.prompt):
+            if template is not None:
+                template.prepare()
+
     def prepare_inputs(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """The inputs with defaults applied, checked against the declared schema.
 

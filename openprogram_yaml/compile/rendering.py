@@ -98,6 +98,10 @@ class CompiledTemplate:
             self._built.append(template)
         return self._built[0]
 
+    def prepare(self) -> None:
+        """Generate the template's code now; otherwise the first render does."""
+        self._template  # noqa: B018
+
     def render(self, variables: Mapping[str, Any]) -> str:
         """The prompt text; raises TemplateRenderError when the template fails."""
         try:

@@ -159,7 +159,6 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any
         program = compile_cached(Path(args.path))
     except ConfigError as exc:
         return _print_config_error(exc)
-    _startup_done()
     secrets: frozenset[str] = frozenset()
     try:
         agent, name = program.select(args.method, agent=args.agent, path=Path(args.path))
@@ -200,6 +199,13 @@ def _cmd_run(argv: Sequence[str]) -> int:
         return 2
     wrap = _selector_wrapper(args.record, args.replay, agent.secrets)
     status = _Status(f"{agent.name}.{method.name}")
+    # Ready everything the first turn needs while the collector is still off. A failure
+    # here is left to the run, which records it.
+    import contextlib
+
+    with contextlib.suppress(Exception):
+        method.prepare_templates()
+    _startup_done()
     try:
         record = asyncio.run(
             execute_run(
@@ -599,10 +605,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 # Start-up makes tens of thousands of objects that live as long as the process does:
 # modules, classes, the compiled program. Cyclic collections over them find nothing yet
 # cost about a tenth of an offline run, so the console script keeps the collector off until
-# the program is built (`_startup_done`), then freezes what start-up made, so that no later
-# collection walks it, and turns the collector back on for the run. At exit the survivors
-# are frozen too: the process is ending, and a last full pass over them would only delay
-# it. Tests call `main()` and keep their collector as it is.
+# the run is about to start (`_startup_done`: the program built, the inputs checked), then
+# freezes what start-up made, so that no later collection walks it, and turns the collector
+# back on for the run, which may be long. Commands that run no model (check, render, lock,
+# schema, runtimes) keep it off to the end. At exit the survivors are frozen too: the
+# process is ending, and a last full pass over them would only delay it. Tests call
+# `main()` and keep their collector as it is.
 _quiet_startup = False
 
 
