@@ -130,3 +130,56 @@ def test_recursion_shows_as_dots_and_own_methods_are_kept() -> None:
 
     assert repr(Named("A")) == "<A>"
     assert Named("A") == Named("a") and hash(Named("A")) == hash(Named("a"))
+
+
+def outcome(make: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        obj = make(*args, **kwargs)
+    except TypeError as exc:
+        return ("TypeError", str(exc).split(".", 1)[-1])  # the class names differ
+    return shown(obj)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_init_takes_and_refuses_what_dataclass_does(frozen: bool) -> None:
+    std, fast = pair(frozen)
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        (("a",), {}),
+        (("a", 2), {}),
+        (("a", 2, ["t"], "n", 3.0, 4), {}),
+        ((), {"name": "a", "seen": 5}),
+        (("a",), {"tags": ["x"], "note": "y"}),
+        ((), {}),  # missing name
+        (("a", 2, [], "n", 1.0, 0, "extra"), {}),  # too many
+        (("a",), {"name": "b"}),  # twice
+        (("a",), {"colour": "red"}),  # unknown
+    ]
+    for args, kwargs in calls:
+        assert outcome(fast, *args, **kwargs) == outcome(std, *args, **kwargs), (args, kwargs)
+    assert fast("a").tags is not fast("a").tags  # a fresh default each time
+
+
+def test_several_missing_arguments_are_named_as_python_names_them() -> None:
+    body = {"__annotations__": {"a": "int", "b": "int", "c": "int"}, "__module__": __name__}
+    std = dataclass(frozen=True, slots=True)(type("Three", (), dict(body)))
+    fast = fast_dataclass(frozen=True)(type("Three", (), dict(body)))
+    for args in [(), (1,), (1, 2)]:
+        assert outcome(fast, *args) == outcome(std, *args)
+
+
+def test_post_init_runs_and_copies_are_equal() -> None:
+    import copy
+
+    @fast_dataclass(frozen=True)
+    class Span:
+        start: int
+        end: int = 0
+
+        def __post_init__(self) -> None:
+            if self.end < self.start:
+                object.__setattr__(self, "end", self.start)
+
+    span = Span(5)
+    assert span.end == 5
+    assert copy.copy(span) == span and copy.deepcopy(span) == span
+    assert dataclasses.replace(span, start=1) == Span(1, 5)
