@@ -13,7 +13,7 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateSyntaxError
+from jinja2 import BytecodeCache, StrictUndefined, TemplateSyntaxError
 from jinja2.exceptions import SecurityError, TemplateNotFound
 from jinja2.loaders import BaseLoader
 from jinja2.runtime import Context, Undefined
@@ -78,12 +78,14 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
         *,
         loader: BaseLoader | None = None,
         links: Mapping[tuple[str, str], str] | None = None,
+        bytecode_cache: BytecodeCache | None = None,
     ) -> None:
         super().__init__(
             undefined=StrictUndefined,
             autoescape=False,
             keep_trailing_newline=True,
             loader=loader,
+            bytecode_cache=bytecode_cache,
             # A compiled template pins its files (see SnapshotLoader): no eviction, no reload.
             cache_size=-1,
             auto_reload=False,
@@ -140,12 +142,19 @@ class SnapshotLoader(BaseLoader):
     after the check cannot slip unchecked text into a prompt: the hot-reload runner recompiles.
     """
 
-    def __init__(self, sources: Mapping[str, str]) -> None:
+    def __init__(
+        self, sources: Mapping[str, str], *, root: tuple[str, str, str] | None = None
+    ) -> None:
         self._sources = dict(sources)
+        #: (name, source, filename) of the template the others are pulled into, when it is
+        #: loaded through the loader too (so that it can come from the bytecode cache).
+        self._root = root
 
     def get_source(
         self, environment: Any, template: str
     ) -> tuple[str, str | None, Callable[[], bool] | None]:
+        if self._root is not None and template == self._root[0]:
+            return self._root[1], self._root[2], _always_current
         try:
             source = self._sources[template]
         except KeyError:

@@ -30,6 +30,7 @@ can write to, and a folder that is not like that is not used.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import pickle
@@ -38,13 +39,16 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from .. import __version__
 from .paths import glob_files
 from .program import Program
 
-__all__ = ["cache_folder", "compile_cached", "load", "store"]
+if TYPE_CHECKING:
+    from jinja2 import BytecodeCache
+
+__all__ = ["cache_folder", "compile_cached", "load", "store", "template_code_cache"]
 
 #: Bumped whenever what an entry holds changes shape.
 _FORMAT = 1
@@ -137,6 +141,35 @@ def store(
         return False
     _prune(folder)
     return True
+
+
+def template_code_cache(environ: Mapping[str, str] | None = None) -> BytecodeCache | None:
+    """Where Jinja keeps the Python code it generates for templates, checked against each
+    template's source (Jinja's own ``FileSystemBytecodeCache``), in a folder of the cache
+    that this package's code and the Jinja and Python versions name. None when the cache
+    is off or its folder cannot be used."""
+    folder = _usable_folder(environ, create=True)
+    if folder is None:
+        return None
+    import jinja2
+
+    tag = hashlib.sha256(
+        f"{_code_fingerprint()}:{jinja2.__version__}:{sys.version}".encode()
+    ).hexdigest()[:16]
+    return _template_code_cache(str(folder / f"templates-{tag}"))
+
+
+@functools.cache
+def _template_code_cache(folder: str) -> BytecodeCache | None:
+    from jinja2 import FileSystemBytecodeCache
+
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    return FileSystemBytecodeCache(folder)
 
 
 # --- keys and manifests ------------------------------------------------------------------

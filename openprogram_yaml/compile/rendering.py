@@ -87,12 +87,15 @@ class CompiledTemplate:
     def _template(self) -> Template:
         if not self._built:
             from openprogram_yaml.compile import _jinja
+            from openprogram_yaml.compile.cache import template_code_cache
 
+            root = (self.name, self.source, self.origin.path)
             env = _jinja.PromptSandbox(
-                loader=_jinja.SnapshotLoader(self._sources), links=self._links
+                loader=_jinja.SnapshotLoader(self._sources, root=root),
+                links=self._links,
+                bytecode_cache=template_code_cache(),
             )
-            code = env.compile(self.source, name=self.name, filename=self.origin.path)
-            template = env.template_class.from_code(env, code, env.make_globals(None))
+            template = env.get_template(self.name)
             for key in self._sources:
                 env.get_template(key)  # compile every dependency now, so render only renders
             self._built.append(template)

@@ -249,3 +249,29 @@ def test_a_run_served_from_the_cache_imports_neither_yaml_nor_pydantic(agent: Pa
     ]
     assert runs[0].stdout.splitlines()[-1] == "0 ['pydantic', 'yaml']"  # compiled
     assert runs[1].stdout.splitlines()[-1] == "0 []"  # loaded
+
+
+def test_template_code_is_kept_and_checked_against_the_source(agent: Path) -> None:
+    program = cache.compile_cached(agent)
+    assert program.agent("greeter").method("greet").render({"who": "Ada"})[-1]["text"] == (
+        "Hello, Ada!\n"
+    )
+    folder = cache.cache_folder()
+    assert folder is not None
+    (kept,) = folder.glob("templates-*")
+    assert any(kept.iterdir())  # the generated code of the template
+    (agent.parent / "prompts" / "greet.j2").write_text("Bye, {{ who }}!\n")  # same name, file
+    program = cache.compile_cached(agent)
+    assert program.agent("greeter").method("greet").render({"who": "Ada"})[-1]["text"] == (
+        "Bye, Ada!\n"
+    )
+
+
+def test_no_template_code_is_kept_with_the_cache_off(
+    agent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = cache.cache_folder()
+    monkeypatch.setenv("OPENPROGRAM_CACHE", "off")
+    program = cache.compile_cached(agent)
+    program.agent("greeter").method("greet").render({"who": "Ada"})
+    assert folder is not None and not list(folder.glob("templates-*"))
