@@ -18,7 +18,7 @@ from typing import Any
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import Diagnostic
-from ..runtime.validation import schema_issues
+from ..runtime.validation import keyword_mistakes, schema_issues
 from ..spec.positions import Position
 from ..spec.yamlread import Loc, SourceMap, load_yaml_text
 from .paths import resolve_inside
@@ -225,6 +225,9 @@ def bundle_schema(
     ``search`` folders (the project's schema folders).
     """
     bundler = _Bundler(root, search)
+    for path, message in keyword_mistakes(schema):
+        pos = source.at((*loc, *path), key=True)
+        bundler.out.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
     bundled = bundler.walk(schema, base_file, lambda sub: source.at(sub), loc, (), "")
     if bundler.hoisted and isinstance(bundled, dict):
         defs = dict(bundled.get("$defs", {}))

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SchemaValidator", "check_schema", "format_path", "schema_issues"]
+__all__ = ["SchemaValidator", "check_schema", "format_path", "keyword_mistakes", "schema_issues"]
 
 #: At most this many issues are reported for one value.
 MAX_ISSUES = 20
@@ -76,6 +76,67 @@ _COUNTS = frozenset(
 )  # fmt: skip
 _FLAGS = frozenset({"uniqueItems", "readOnly", "writeOnly", "deprecated"})
 _ANY = frozenset({"const", "default"})
+
+
+_OTHER_KEYWORDS = frozenset(
+    {
+        "type", "multipleOf", "required", "enum", "examples", "dependentRequired", "$schema",
+        "$vocabulary", "dependencies", "$recursiveRef", "$recursiveAnchor",
+    }
+)  # fmt: skip
+#: Every keyword of JSON Schema 2020-12, with the few earlier drafts still use.
+KEYWORDS = (
+    _SUBSCHEMA | _SCHEMA_MAPS | _SCHEMA_LISTS | _STRINGS | _NUMBERS | _COUNTS | _FLAGS | _ANY
+) | _OTHER_KEYWORDS
+
+
+def keyword_mistakes(schema: Any) -> list[tuple[tuple[str | int, ...], str]]:
+    """Keys of ``schema`` (and of its subschemas) that are not keywords and look like
+    mistakes, each with its path in the schema: a key with no value (in a YAML ``{...}``
+    mapping, a comma inside unquoted text starts a new key), or one a letter or two away
+    from a keyword (``requried``). Other unknown keys are annotations, as JSON Schema
+    allows (``x-…`` extensions, for instance)."""
+    found: list[tuple[tuple[str | int, ...], str]] = []
+    _find_mistakes(schema, (), found)
+    return found
+
+
+def _find_mistakes(
+    schema: Any, path: tuple[str | int, ...], found: list[tuple[tuple[str | int, ...], str]]
+) -> None:
+    if not isinstance(schema, dict):
+        return
+    for key, value in schema.items():
+        here = (*path, key)
+        if key in _SUBSCHEMA:
+            if isinstance(value, list):  # "items" as a list, before 2020-12
+                for i, sub in enumerate(value):
+                    _find_mistakes(sub, (*here, i), found)
+            else:
+                _find_mistakes(value, here, found)
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            for name, sub in value.items():
+                _find_mistakes(sub, (*here, name), found)
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            for i, sub in enumerate(value):
+                _find_mistakes(sub, (*here, i), found)
+        elif key in KEYWORDS or not isinstance(key, str) or key.startswith("x-"):
+            continue
+        elif value is None:
+            found.append(
+                (
+                    here,
+                    f"'{key}' is not a JSON Schema keyword, and has no value: in a {{...}} "
+                    "mapping a comma ends unquoted text, and what follows becomes a key; "
+                    "put text holding a comma in quotes",
+                )
+            )
+        else:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(KEYWORDS), n=1, cutoff=0.8)
+            if close:
+                found.append((here, f"unknown keyword '{key}'; did you mean '{close[0]}'?"))
 
 
 def _is_number(value: Any) -> bool:

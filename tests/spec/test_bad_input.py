@@ -155,6 +155,47 @@ def test_response_schema_that_is_not_a_json_schema(write) -> None:
     assert "invalid JSON Schema" in msg and "'objekt'" in msg
 
 
+def test_a_comma_in_unquoted_schema_text_is_caught_at_the_stray_key(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        methods:
+          m:
+            prompt: hi
+            response_schema:
+              type: object
+              properties:
+                asks: {type: string, description: What they want, in one sentence}
+        """,
+    )
+    line, col, msg = one(path)
+    assert (line, col) == (9, 59)
+    assert msg.startswith("'in one sentence' is not a JSON Schema keyword, and has no value")
+    assert "put text holding a comma in quotes" in msg
+
+
+def test_a_misspelt_schema_keyword_gets_a_hint_and_extensions_pass(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        methods:
+          m:
+            prompt: hi
+            response_schema:
+              type: object
+              x-owner: billing
+              nullable: true
+              requried: [a]
+              properties: {a: {type: string}}
+        """,
+    )
+    assert one(path) == (10, 7, "unknown keyword 'requried'; did you mean 'required'?")
+
+
 def test_all_problems_of_a_file_in_one_run(write) -> None:
     path = write(
         "a.yaml",
