@@ -15,7 +15,7 @@ from ..errors import Diagnostic
 from ..runtime.validation import SchemaValidator
 from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument, PartialDocument
-from ..spec.models import AgentSpec, ExecOptionsSpec, MethodSpec
+from ..spec.models import AgentSpec, ExecOptionsSpec, MethodSpec, built
 from ..spec.positions import TextOrigin
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
@@ -311,7 +311,7 @@ def check_valid_parts(path: Path, failed: PartialDocument, ctx: ProjectContext) 
     engine = template_engine(ctx, path)
     for name, raw in methods.items():
         try:
-            method = MethodSpec.model_validate(raw)
+            method = built(MethodSpec).model_validate(raw)
         except ValidationError:
             continue  # its problems are already reported
         _template(

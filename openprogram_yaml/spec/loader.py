@@ -14,7 +14,7 @@ from openprogram_yaml._fast_dataclass import fast_dataclass
 from ..errors import ConfigError, Diagnostic
 from .diagnostics import validation_diagnostics
 from .env import expand_env
-from .models import AgentSpec
+from .models import AgentSpec, built
 from .yamlread import SourceMap, load_yaml_file
 
 __all__ = ["AgentDocument", "PartialDocument", "load_agent_file", "load_document"]
@@ -71,7 +71,7 @@ def load_document(
     diagnostics: list[Diagnostic] = list(expanded.diagnostics)
     spec: M | None = None
     try:
-        spec = model.model_validate(expanded.data)
+        spec = built(model).model_validate(expanded.data)
     except ValidationError as exc:
         diagnostics.extend(validation_diagnostics(exc, expanded.data, source, model))
     if diagnostics or spec is None:
