@@ -9,15 +9,15 @@ Before an entry is used, everything the compile read is checked:
 - every file of ``Program.files`` (agents, the project file, templates, schemas, python tool
   modules, test files): its size and modification time, or, when those moved, the sha256
   of its contents;
-- the listing of every folder in ``BuildInputs.folders``, since a new file there may shadow
-  another;
+- the listing of the template and schema folders and of the folder of every file read,
+  since a new file there may shadow another;
 - the files each of the project's patterns (``agents:``, ``tests:``) matches;
 - the value of every environment variable the files name (kept as a hash);
 - this package's own code, the Python version, the working directory (messages show paths
   relative to it), and ``PATH`` and ``PYTHONPATH`` (command and python tools are found
   through them).
 
-A file that changed while it was being compiled (modified less than ``_RACY_NS`` before the
+A file that changed while it was being compiled (modified less than ``stamps.RACY_NS`` before the
 compile began, or after) is not trusted, and the program is not kept.
 
 Where: ``$OPENPROGRAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/openprogram-yaml``, else
@@ -44,6 +44,8 @@ from typing import IO, TYPE_CHECKING, Any
 from .. import __version__
 from .paths import glob_files
 from .program import Program
+from .stamps import RACY_NS
+from .stamps import digest as file_digest
 
 if TYPE_CHECKING:
     from jinja2 import BytecodeCache
@@ -52,9 +54,6 @@ __all__ = ["cache_folder", "compile_cached", "load", "store", "template_code_cac
 
 #: Bumped whenever what an entry holds changes shape.
 _FORMAT = 1
-#: A file modified this close to the start of its compile may change again unseen within the
-#: same timestamp tick (git calls this "racy").
-_RACY_NS = 50_000_000
 #: Entries kept; beyond this, the least recently written half is removed.
 _ENTRIES_KEPT = 256
 
@@ -212,19 +211,20 @@ def _manifest(
 ) -> dict[str, Any] | None:
     """Plain data naming everything the compile read, or None when something changed while
     it was compiled (or cannot be read), so the program must not be kept."""
-    settled = started_ns - _RACY_NS
+    settled = started_ns - RACY_NS
     files = []
     for file in sorted(program.files, key=str):
         try:
             st = os.stat(file)
             if st.st_mtime_ns >= settled:
                 return None
-            digest = _file_digest(file)
+            digest = file_digest(file)
         except OSError:
             return None
         files.append((str(file), (st.st_mtime_ns, st.st_size), digest))
     folders = []
-    for folder in sorted(program.inputs.folders, key=str):
+    looked_in = {*map(str, program.inputs.folders), *(os.path.dirname(f) for f, _, _ in files)}
+    for folder in sorted(looked_in):
         try:
             st = os.stat(folder)
             if st.st_mtime_ns >= settled:
@@ -257,7 +257,7 @@ def _still_valid(manifest: Any, key: str, env: Mapping[str, str]) -> bool:
     for file, stamp, digest in manifest["files"]:
         try:
             st = os.stat(file)
-            if (st.st_mtime_ns, st.st_size) != stamp and _file_digest(file) != digest:
+            if (st.st_mtime_ns, st.st_size) != stamp and file_digest(file) != digest:
                 return False
         except OSError:
             return False
@@ -272,11 +272,6 @@ def _still_valid(manifest: Any, key: str, env: Mapping[str, str]) -> bool:
         [str(m) for m in glob_files(root, pattern)] == matched
         for pattern, matched in manifest["globs"]
     )
-
-
-def _file_digest(path: Path | str) -> bytes:
-    with open(path, "rb") as stream:
-        return hashlib.sha256(stream.read()).digest()
 
 
 def _listing_digest(folder: Path | str) -> bytes:

@@ -487,8 +487,8 @@ class BuildInputs:
 
     #: Every environment variable a file named with ``${env:…}``, set or not.
     env_names: frozenset[str] = frozenset()
-    #: Folders whose listing decides what a name resolves to: the template and schema
-    #: folders, and the folder of every file read. A file added there may shadow another.
+    #: The template and schema folders: where names are looked up, so a file added there
+    #: may shadow another (the folder of every file in ``Program.files`` counts too).
     folders: frozenset[Path] = frozenset()
     #: The project's file patterns (``agents:``, ``tests:``), each with the files it matched.
     globs: tuple[tuple[str, tuple[Path, ...]], ...] = ()

@@ -8,13 +8,11 @@ other agents its tools call are all there.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import hashlib
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from openprogram_yaml._fast_dataclass import fast_dataclass
@@ -24,10 +22,12 @@ from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument, PartialDocument, load_agent_file, load_document
 from ..spec.models import ProjectSpec, TestFileSpec
 from ..spec.yamlread import SourceMap
+from . import stamps
 from .agent import PendingMethodTools, check_valid_parts, compile_agent
 from .context import Collector, ProjectContext
 from .paths import PROJECT_FILE, display_path, find_project_root, glob_files, resolve_inside
 from .program import Agent, BuildInputs, Program, RuntimeRule
+from .stamps import Stamp, stamps_once
 from .tests import CompiledTest, compile_tests
 
 __all__ = ["compile_agent_files", "compile_path", "load_project"]
@@ -161,58 +161,6 @@ def _link_method_tools(agents: Mapping[str, Agent], col: Collector) -> None:
 # template, schema and tool module it was built from), environment variables and project
 # settings are unchanged is taken from here: one stat per file instead of a compile.
 
-Stamp = tuple[int, int] | None
-
-#: A file changed less than this long before it was compiled may change again within the
-#: same timestamp tick, unseen (git calls this "racy"); such a stamp is not trusted.
-_RACY_NS = 50_000_000
-_UNTRUSTED: Stamp = (-1, -1)
-
-
-#: Stats taken during the current compile: many agents share a template or a schema.
-_seen: contextvars.ContextVar[dict[str, os.stat_result | None] | None] = contextvars.ContextVar(
-    "openprogram_compile_stats", default=None
-)
-
-
-@contextlib.contextmanager
-def _stamps_once() -> Iterator[None]:
-    """Within this block (one compile) each file is stat'ed once."""
-    if _seen.get() is not None:
-        yield
-        return
-    token = _seen.set({})
-    try:
-        yield
-    finally:
-        _seen.reset(token)
-
-
-def _stat(path: Path | str) -> os.stat_result | None:
-    key = os.fspath(path)  # str keys: a Path hashes its parts anew on every lookup
-    seen = _seen.get()
-    if seen is not None and key in seen:
-        return seen[key]
-    try:
-        result: os.stat_result | None = os.stat(key)
-    except OSError:
-        result = None
-    if seen is not None:
-        seen[key] = result
-    return result
-
-
-def _stamp(path: Path | str) -> Stamp:
-    st = _stat(path)
-    return None if st is None else (st.st_mtime_ns, st.st_size)
-
-
-def _trusted_stamp(path: Path, now_ns: int) -> Stamp:
-    stamp = _stamp(path)
-    if stamp is not None and now_ns - stamp[0] < _RACY_NS:
-        return _UNTRUSTED
-    return stamp
-
 
 @fast_dataclass
 class _CachedAgent:
@@ -227,7 +175,7 @@ class _CachedAgent:
         return (
             ctx_key == self.ctx_key
             and all(environ.get(name) == value for name, value in self.env)
-            and all(_stamp(path) == stamp for path, stamp in self.stamps)
+            and all(stamps.stamp(path) == known for path, known in self.stamps)
         )
 
     def fresh_agent(self) -> Agent:
@@ -261,7 +209,8 @@ def _remember(
         agent,
         frozenset(files),
         tuple(
-            (str(f), _trusted_stamp(f, time.time_ns())) for f in sorted(files | folders, key=str)
+            (str(f), stamps.trusted_stamp(f, time.time_ns()))
+            for f in sorted(files | folders, key=str)
         ),
         tuple((name, environ.get(name)) for name in sorted(doc.env_names)),
     )
@@ -269,26 +218,7 @@ def _remember(
 
 def _context_key(ctx: ProjectContext) -> tuple[object, ...]:
     project_file = ctx.root / PROJECT_FILE
-    return (ctx.root, ctx.template_dirs, ctx.schema_dirs, _stamp(project_file), ctx.env)
-
-
-_digests: dict[Path, tuple[Stamp, bytes]] = {}
-
-
-def _digest(path: Path) -> bytes:
-    """The sha256 of a file, remembered while its size and modification time hold."""
-    stamp = _stamp(path)
-    known = _digests.get(path)
-    if known is not None and known[0] == stamp and stamp not in (None, _UNTRUSTED):
-        return known[1]
-    try:
-        value = hashlib.sha256(path.read_bytes()).digest()
-    except OSError:
-        value = b"<unreadable>"
-    if len(_digests) >= _CACHE_LIMIT:
-        _digests.clear()
-    _digests[path] = (_trusted_stamp(path, time.time_ns()), value)
-    return value
+    return (ctx.root, ctx.template_dirs, ctx.schema_dirs, stamps.stamp(project_file), ctx.env)
 
 
 def _version(files: Iterable[Path], root: Path) -> str:
@@ -298,7 +228,7 @@ def _version(files: Iterable[Path], root: Path) -> str:
     for path in sorted(files, key=str):
         text = str(path)
         rel = text[len(prefix) :] if text.startswith(prefix) else text
-        digest.update(rel.replace(os.sep, "/").encode() + b"\0" + _digest(path) + b"\0")
+        digest.update(rel.replace(os.sep, "/").encode() + b"\0" + stamps.digest(path) + b"\0")
     return digest.hexdigest()[:16]
 
 
@@ -313,7 +243,7 @@ def compile_agent_files(
 
     Raises ``ConfigError`` with every problem of every file.
     """
-    with _stamps_once():
+    with stamps_once():
         return _compile_agent_files(paths, environ, context, collector)
 
 
@@ -382,7 +312,7 @@ def _compile_agent_files(
         tests += _compile_test_file(test_file, agents, ctx, col, environ, env_names)
     if col.diagnostics:
         raise ConfigError(col.diagnostics)
-    folders = {*ctx.template_dirs, *ctx.schema_dirs, *(f.parent for f in col.files)}
+    folders = frozenset({*ctx.template_dirs, *ctx.schema_dirs})
     return Program(
         root=ctx.root,
         agents=agents,
@@ -390,7 +320,7 @@ def _compile_agent_files(
         version=_version(col.files, ctx.root),
         tests=tuple(tests),
         recordings=ctx.recordings,
-        inputs=BuildInputs(frozenset(env_names), frozenset(folders), ctx.globs),
+        inputs=BuildInputs(frozenset(env_names), folders, ctx.globs),
     )
 
 
@@ -424,7 +354,7 @@ def _compile_test_file(
 
 def compile_path(path: Path, *, environ: Mapping[str, str] | None = None) -> Program:
     """Compile an agent file, a project folder, or a project's ``openprogram.yaml``."""
-    with _stamps_once():
+    with stamps_once():
         return _compile_path(path, environ)
 
 
