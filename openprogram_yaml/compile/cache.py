@@ -37,7 +37,7 @@ import pickle
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["cache_folder", "compile_cached", "load", "store", "template_code_cache"]
 
 #: Bumped whenever what an entry holds changes shape.
-_FORMAT = 1
+_FORMAT = 2
 #: Entries kept; beyond this, the least recently written half is removed.
 _ENTRIES_KEPT = 256
 
@@ -212,27 +212,12 @@ def _manifest(
     """Plain data naming everything the compile read, or None when something changed while
     it was compiled (or cannot be read), so the program must not be kept."""
     settled = started_ns - RACY_NS
-    files = []
-    for file in sorted(program.files, key=str):
-        try:
-            st = os.stat(file)
-            if st.st_mtime_ns >= settled:
-                return None
-            digest = file_digest(file)
-        except OSError:
-            return None
-        files.append((str(file), (st.st_mtime_ns, st.st_size), digest))
-    folders = []
-    looked_in = {*map(str, program.inputs.folders), *(os.path.dirname(f) for f, _, _ in files)}
-    for folder in sorted(looked_in):
-        try:
-            st = os.stat(folder)
-            if st.st_mtime_ns >= settled:
-                return None
-            listing = _listing_digest(folder)
-        except OSError:
-            return None
-        folders.append((str(folder), st.st_mtime_ns, listing))
+    try:
+        files = [_settled(str(f), settled, file_digest) for f in sorted(program.files, key=str)]
+        looked_in = {*map(str, program.inputs.folders), *(os.path.dirname(f[0]) for f in files)}
+        folders = [_settled(folder, settled, _listing_digest) for folder in sorted(looked_in)]
+    except _Unsettled:
+        return None
     return {
         "format": _FORMAT,
         "key": key,
@@ -244,6 +229,24 @@ def _manifest(
             (pattern, [str(m) for m in matched]) for pattern, matched in program.inputs.globs
         ],
     }
+
+
+class _Unsettled(Exception):
+    """A file or folder changed while it was compiled, or cannot be read."""
+
+
+def _settled(
+    path: str, settled_ns: int, contents: Callable[[str], bytes]
+) -> tuple[str, tuple[int, int], bytes]:
+    """``(path, (mtime_ns, size), digest of contents)``, for a path unchanged since
+    ``settled_ns``."""
+    try:
+        st = os.stat(path)
+        if st.st_mtime_ns >= settled_ns:
+            raise _Unsettled(path)
+        return path, (st.st_mtime_ns, st.st_size), contents(path)
+    except OSError as exc:
+        raise _Unsettled(path) from exc
 
 
 def _still_valid(manifest: Any, key: str, env: Mapping[str, str]) -> bool:
@@ -261,7 +264,7 @@ def _still_valid(manifest: Any, key: str, env: Mapping[str, str]) -> bool:
                 return False
         except OSError:
             return False
-    for folder, mtime_ns, listing in manifest["folders"]:
+    for folder, (mtime_ns, _), listing in manifest["folders"]:
         try:
             if os.stat(folder).st_mtime_ns != mtime_ns and _listing_digest(folder) != listing:
                 return False
