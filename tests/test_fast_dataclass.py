@@ -183,3 +183,20 @@ def test_post_init_runs_and_copies_are_equal() -> None:
     assert span.end == 5
     assert copy.copy(span) == span and copy.deepcopy(span) == span
     assert dataclasses.replace(span, start=1) == Span(1, 5)
+
+
+def test_every_class_of_the_package_has_a_docstring() -> None:
+    # A dataclass without one gets a __doc__ made with inspect.signature when it is
+    # created: a cost at import that a line of text avoids (and the line helps readers).
+    import ast
+
+    from support import REPO
+
+    missing = []
+    for path in sorted((REPO / "openprogram_yaml").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and ast.get_docstring(node) is None:
+                decorators = " ".join(ast.unparse(d) for d in node.decorator_list)
+                if "dataclass" in decorators:
+                    missing.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
+    assert not missing, missing

@@ -51,6 +51,8 @@ class Reference:
 
 @fast_dataclass(frozen=True)
 class Analysis:
+    """What one template reads, pulls in and refuses, learnt from its syntax tree."""
+
     reads: tuple[Read, ...]
     references: tuple[Reference, ...]
     failures: tuple[tuple[int, str], ...]  # (line, message): unknown filters and the like

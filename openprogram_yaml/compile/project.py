@@ -164,6 +164,8 @@ def _link_method_tools(agents: Mapping[str, Agent], col: Collector) -> None:
 
 @fast_dataclass
 class _CachedAgent:
+    """A compiled agent, kept while its files, environment and project stay the same."""
+
     ctx_key: tuple[object, ...]
     doc: AgentDocument
     agent: Agent

@@ -57,6 +57,8 @@ __all__ = ["CompiledTemplate", "TemplateEngine", "TemplateRenderError"]
 
 @fast_dataclass(frozen=True)
 class _FileEntry:
+    """A template file read and analysed, kept while its stamp holds."""
+
     stamp: tuple[int, int]
     source: str
     analysis: _jinja_analysis.Analysis | None
@@ -82,6 +84,8 @@ class _Check:
 
 @fast_dataclass(frozen=True)
 class _Unresolved:
+    """Why a template name could not be resolved."""
+
     message: str
     missing: bool = False
 

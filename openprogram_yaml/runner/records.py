@@ -69,6 +69,8 @@ class VersionStamp:
 
 @fast_dataclass(frozen=True)
 class _GitInfo:
+    """The git checkout a program's files are in."""
+
     toplevel: Path
     git_dir: Path
 

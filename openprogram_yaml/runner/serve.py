@@ -67,6 +67,8 @@ class _HttpError(Exception):
 
 @fast_dataclass
 class _Request:
+    """One HTTP request, as read off the connection."""
+
     method: str
     path: str
     query: dict[str, list[str]]

@@ -62,6 +62,8 @@ _BUILTINS = {
 
 @fast_dataclass
 class _Registration:
+    """One registered runtime: its public entry and what makes it."""
+
     entry: RuntimeRegistryEntry
     target: Any
     is_factory: bool

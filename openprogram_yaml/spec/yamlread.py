@@ -73,6 +73,8 @@ class SourceMap:
 
 @fast_dataclass
 class LoadedYAML:
+    """A YAML file's data, and where in the file each value came from."""
+
     data: Any
     source: SourceMap
 
