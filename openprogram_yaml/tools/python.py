@@ -386,7 +386,7 @@ class PythonTool(ConfiguredTool):
         project_root: Path,
     ) -> None:
         self.target = load_python_tool(ref, project_root=project_root)
-        self._project_root = Path(project_root)
+        self._given = (name, description, parameters, ref, Path(project_root))
         function = self.target.function
         if parameters is None:
             derived_description, parameters = schema_from_signature(function, name)
@@ -398,16 +398,10 @@ class PythonTool(ConfiguredTool):
         self._is_async = _is_async(self.target.function)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # Pickled by reference (the compile cache keeps compiled programs): the function is
-        # looked up again, with the project root on sys.path as when it was first loaded.
-        spec = self.spec
-        return PythonTool, (
-            spec.name,
-            spec.description,
-            dict(spec.parameters),
-            self.target.ref,
-            self._project_root,
-        )
+        # Pickled as what it was made from (the compile cache keeps compiled programs): the
+        # function is looked up again, with the project root on sys.path, and what came from
+        # its signature and docstring is read from them again, as they are now.
+        return PythonTool, self._given
 
     @property
     def source_file(self) -> Path | None:

@@ -253,3 +253,27 @@ def test_two_projects_with_a_package_of_the_same_name_each_get_their_own(
     finally:
         for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
             del sys.modules[name]
+
+
+def test_a_pickled_tool_reads_its_function_again(project: Project) -> None:
+    import pickle
+
+    root, module = project
+    kept = pickle.dumps(build(project, "count_words"))
+    path = root / f"{module}.py"
+    path.write_text(
+        textwrap.dedent(
+            '''
+            def count_words(text: str, limit: int = 3) -> str:
+                """Count words, up to a limit."""
+                return str(min(len(text.split()), limit))
+            '''
+        ),
+        encoding="utf-8",
+    )
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    tool = pickle.loads(kept)
+    assert set(tool.spec.parameters["properties"]) == {"text", "limit"}
+    assert tool.spec.description == "Count words, up to a limit."
+    assert run(tool, text="a b c d e") == "3"
