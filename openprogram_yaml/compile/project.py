@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
@@ -28,7 +29,9 @@ from .context import Collector, ProjectContext
 from .paths import PROJECT_FILE, display_path, find_project_root, glob_files, resolve_inside
 from .program import Agent, BuildInputs, Program, RuntimeRule
 from .stamps import Stamp, stamps_once
-from .tests import CompiledTest, compile_tests
+
+if TYPE_CHECKING:
+    from .tests import CompiledTest
 
 __all__ = ["compile_agent_files", "compile_path", "load_project"]
 
@@ -307,9 +310,12 @@ def _compile_agent_files(
     env_names = {name for name, _ in ctx.env}
     for name, doc in docs.items():
         env_names |= doc.env_names
-        tests += compile_tests(
-            doc.spec.tests, agents[name], doc.source, ("tests",), doc.path, ctx, col
-        )
+        if doc.spec.tests:
+            from .tests import compile_tests  # most agent files keep no tests
+
+            tests += compile_tests(
+                doc.spec.tests, agents[name], doc.source, ("tests",), doc.path, ctx, col
+            )
     for test_file in ctx.test_files:
         tests += _compile_test_file(test_file, agents, ctx, col, environ, env_names)
     if col.diagnostics:
@@ -351,6 +357,8 @@ def _compile_test_file(
             f"no agent '{spec.agent}' in this project{did_you_mean(spec.agent, sorted(agents))}",
         )
         return []
+    from .tests import compile_tests
+
     return compile_tests(spec.tests, agent, source, ("tests",), path, ctx, col)
 
 
