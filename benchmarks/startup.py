@@ -15,7 +15,7 @@ the baselines held to the goal do the same, and the untuned baseline is printed 
 them. This package's bytecode is compiled first, as an installed package's would be, and
 the runs use a cache folder of their own.
 
-    python benchmarks/startup.py [--runs 15]
+    python benchmarks/startup.py [--runs 31]
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def ratio(times: dict[str, list[float]], top: str, bottom: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--runs", type=int, default=31)
     args = parser.parse_args()
     compileall.compile_dir(str(ROOT / "openprogram_yaml"), quiet=1)
     with tempfile.TemporaryDirectory() as cache:
