@@ -34,6 +34,7 @@ import functools
 import hashlib
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import time
@@ -150,12 +151,14 @@ def template_code_cache(environ: Mapping[str, str] | None = None) -> BytecodeCac
     folder = _usable_folder(environ, create=True)
     if folder is None:
         return None
+    return _template_code_cache(str(folder / _template_folder_name()))
+
+
+def _template_folder_name() -> str:
     import jinja2
 
-    tag = hashlib.sha256(
-        f"{_code_fingerprint()}:{jinja2.__version__}:{sys.version}".encode()
-    ).hexdigest()[:16]
-    return _template_code_cache(str(folder / f"templates-{tag}"))
+    tag = f"{_code_fingerprint()}:{jinja2.__version__}:{sys.version}"
+    return "templates-" + hashlib.sha256(tag.encode()).hexdigest()[:16]
 
 
 @functools.cache
@@ -313,13 +316,22 @@ def _write(stream: IO[bytes], manifest: dict[str, Any], program: Program) -> Non
 
 
 def _prune(folder: Path) -> None:
+    """Keep the folder bounded: at most ``_ENTRIES_KEPT`` programs (the least recently
+    written go first), and no template code of other versions untouched for a week."""
     try:
-        entries = [e for e in os.scandir(folder) if e.name.endswith(".pickle")]
-        if len(entries) <= _ENTRIES_KEPT:
-            return
+        found = list(os.scandir(folder))
+    except OSError:
+        return
+    entries = [e for e in found if e.name.endswith(".pickle")]
+    if len(entries) > _ENTRIES_KEPT:
         entries.sort(key=lambda e: e.stat().st_mtime_ns)
         for entry in entries[: len(entries) - _ENTRIES_KEPT // 2]:
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
-    except OSError:
-        return
+    current = _template_folder_name()
+    week_ago = time.time() - 7 * 86_400
+    for entry in found:
+        if entry.name.startswith("templates-") and entry.name != current:
+            with contextlib.suppress(OSError):
+                if entry.stat().st_mtime < week_ago:
+                    shutil.rmtree(entry.path)

@@ -275,3 +275,24 @@ def test_no_template_code_is_kept_with_the_cache_off(
     program = cache.compile_cached(agent)
     program.agent("greeter").method("greet").render({"who": "Ada"})
     assert folder is not None and not list(folder.glob("templates-*"))
+
+
+def test_the_folder_stays_bounded(agent: Path) -> None:
+    folder = cache.cache_folder()
+    assert folder is not None
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    written = cache._ENTRIES_KEPT + 1
+    for i in range(written):  # entries of other files, written long ago
+        (folder / f"{i:032x}.pickle").write_bytes(b"old")
+        os.utime(folder / f"{i:032x}.pickle", (i + 1, i + 1))
+    stale = folder / "templates-0123456789abcdef"  # template code of another version
+    stale.mkdir()
+    os.utime(stale, (1, 1))
+    recent = folder / "templates-fedcba9876543210"
+    recent.mkdir()
+    cache.compile_cached(agent)
+    kept = {p.name for p in folder.glob("*.pickle")}
+    assert len(kept) == cache._ENTRIES_KEPT // 2  # the least recently written went
+    assert f"{written - 1:032x}.pickle" in kept and f"{0:032x}.pickle" not in kept
+    assert cache.load(agent) is not None  # the new entry stays
+    assert not stale.exists() and recent.exists()
