@@ -61,7 +61,9 @@ _built: set[type[BaseModel]] = set()
 
 def built(model: type[M]) -> type[M]:
     """``model``, its validator built (the models are built on first use, so a run builds
-    only the ones its files need).
+    only the ones its files need). A model made as a field's default (``defaults:``,
+    ``retry:``, a test's ``expect:``) is made with ``model_construct``: an empty one needs
+    no validator.
 
     Built with pydantic's plugins off: looking for them scans the entry points of every
     installed distribution (a few milliseconds), and plugins observe an application's own
@@ -70,11 +72,6 @@ def built(model: type[M]) -> type[M]:
     """
     if model not in _built:
         _built.add(model)
-        # Models a field makes by default (``defaults:``, ``retry:``) are validators too.
-        for info in model.model_fields.values():
-            made = info.default_factory
-            if isinstance(made, type) and issubclass(made, BaseModel):
-                built(made)
         previous = os.environ.get(_NO_PLUGINS)
         os.environ[_NO_PLUGINS] = "__all__"
         try:
@@ -342,7 +339,7 @@ class TestCaseSpec(_Spec):
     model: str | None = None
     """Run on this model (default: the offline mode of `openprogram-run test`)."""
 
-    expect: ExpectSpec = Field(default_factory=ExpectSpec)
+    expect: ExpectSpec = Field(default_factory=ExpectSpec.model_construct)
     """What the run must show."""
 
 
@@ -443,10 +440,10 @@ class AgentSpec(_Spec):
     """Constants every template of this agent can read, e.g. {product: Acme Mail}. A method
     input of the same name takes precedence."""
 
-    defaults: DefaultsSpec = Field(default_factory=DefaultsSpec)
+    defaults: DefaultsSpec = Field(default_factory=DefaultsSpec.model_construct)
     """Call options every method inherits."""
 
-    retry: RetrySpec = Field(default_factory=RetrySpec)
+    retry: RetrySpec = Field(default_factory=RetrySpec.model_construct)
     """How failed model calls are retried."""
 
     tools: dict[MethodName, AgentToolSpec] = Field(default_factory=dict)
