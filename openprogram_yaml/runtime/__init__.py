@@ -1,25 +1,63 @@
-"""The runtime layer: ``Runtime.exec`` and what it applies around every model turn."""
+"""The runtime layer: ``Runtime.exec`` and what it applies around every model turn.
 
-from openprogram_yaml.runtime.callable import CallableRuntime
-from openprogram_yaml.runtime.choices import Choice, ChoiceSet, normalize_choices
-from openprogram_yaml.runtime.retry import (
-    RecoveryBudget,
-    RetryInfo,
-    backoff_delay,
-    classify_exception,
-    classify_status,
-    parse_retry_after,
-    retry_after_from_headers,
-)
-from openprogram_yaml.runtime.runtime import Runtime
-from openprogram_yaml.runtime.structured import (
-    ResponseFormat,
-    normalize_response_format,
-    parse_json_strict,
-)
-from openprogram_yaml.runtime.terminal import UNSET
-from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, ToolsetPreset
-from openprogram_yaml.runtime.trace import SessionTrace, TraceNode
+Names load on first use, as in the top-level package: importing one module of this
+package (``runtime.validation``, say, while compiling) does not import them all, and a run
+loads ``choices`` only when a method picks.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# Not from `typing`: mypy reads TYPE_CHECKING by name.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from openprogram_yaml.runtime.callable import CallableRuntime
+    from openprogram_yaml.runtime.choices import Choice, ChoiceSet, normalize_choices
+    from openprogram_yaml.runtime.retry import (
+        RecoveryBudget,
+        RetryInfo,
+        backoff_delay,
+        classify_exception,
+        classify_status,
+        parse_retry_after,
+        retry_after_from_headers,
+    )
+    from openprogram_yaml.runtime.runtime import Runtime
+    from openprogram_yaml.runtime.structured import (
+        ResponseFormat,
+        normalize_response_format,
+        parse_json_strict,
+    )
+    from openprogram_yaml.runtime.terminal import UNSET
+    from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, ToolsetPreset
+    from openprogram_yaml.runtime.trace import SessionTrace, TraceNode
+
+_EXPORTS: dict[str, str] = {
+    "UNSET": "terminal",
+    "CallableRuntime": "callable",
+    "Choice": "choices",
+    "ChoiceSet": "choices",
+    "normalize_choices": "choices",
+    "RecoveryBudget": "retry",
+    "RetryInfo": "retry",
+    "backoff_delay": "retry",
+    "classify_exception": "retry",
+    "classify_status": "retry",
+    "parse_retry_after": "retry",
+    "retry_after_from_headers": "retry",
+    "ResponseFormat": "structured",
+    "normalize_response_format": "structured",
+    "parse_json_strict": "structured",
+    "Runtime": "runtime",
+    "SessionTrace": "trace",
+    "TraceNode": "trace",
+    "Tool": "toolsets",
+    "ToolPolicy": "toolsets",
+    "ToolsetPreset": "toolsets",
+}
 
 __all__ = [
     "UNSET",
@@ -44,3 +82,16 @@ __all__ = [
     "parse_retry_after",
     "retry_after_from_headers",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'openprogram_yaml.runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

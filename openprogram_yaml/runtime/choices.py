@@ -210,6 +210,7 @@ class ChoiceTerminal:
     """Ends a turn with a validated pick. Re-picks do not spend the recovery budget."""
 
     budgeted = False
+    picks_choice = True
 
     def __init__(self, choice_set: ChoiceSet, caps: Capabilities) -> None:
         self.choices = choice_set

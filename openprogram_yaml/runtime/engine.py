@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.errors import ErrorReason, LLMError
-from openprogram_yaml.runtime.choices import ChoiceTerminal, resolve_choice
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.retry import (
     RecoveryBudget,
@@ -202,7 +201,11 @@ class ExecRun:
                     }
                 )
             self.messages.extend(outcome.messages)
-        if isinstance(terminal, ChoiceTerminal):
+        if terminal.picks_choice:
+            # Loaded only by runs that pick: most methods have no ``choices``.
+            from openprogram_yaml.runtime.choices import ChoiceTerminal, resolve_choice
+
+            assert isinstance(terminal, ChoiceTerminal)
             choice, fields = outcome.value
             self.pick = {
                 "decision": choice.name,

@@ -19,7 +19,6 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from openprogram_yaml.runtime.callable import CallableRuntime
-from openprogram_yaml.runtime.choices import ChoiceTerminal, normalize_choices
 from openprogram_yaml.runtime.content import render_content
 from openprogram_yaml.runtime.engine import ExecRun, StreamEmitter, message_record, turn_kwargs
 from openprogram_yaml.runtime.retry import (
@@ -356,6 +355,8 @@ class Runtime:
             )
             terminal = StructuredTerminal(fmt, select_mode(fmt, caps), retries)
         elif choices is not None:
+            from openprogram_yaml.runtime.choices import ChoiceTerminal, normalize_choices
+
             terminal = ChoiceTerminal(normalize_choices(choices), caps)
         else:
             terminal = TEXT_TERMINAL

@@ -216,6 +216,7 @@ class StructuredTerminal:
     """Ends a turn with a validated JSON value; repairs share the exec's recovery budget."""
 
     budgeted = True
+    picks_choice = False
 
     def __init__(self, fmt: ResponseFormat, mode: str, max_validation_retries: int) -> None:
         self.fmt = fmt

@@ -66,6 +66,8 @@ class Terminal(Protocol):
     system_suffix: str
     max_redos: int
     budgeted: bool
+    #: Whether the answer is a ``choices`` pick, resolved (to a value or a method) after it.
+    picks_choice: bool
 
     def tool_choice(self, has_user_tools: bool) -> Any: ...
 
@@ -81,6 +83,7 @@ class TextTerminal:
     system_suffix = ""
     max_redos = 0
     budgeted = False
+    picks_choice = False
 
     def tool_choice(self, has_user_tools: bool) -> Any:
         return UNSET
