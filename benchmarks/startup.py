@@ -125,9 +125,20 @@ def main() -> None:
         times: dict[str, list[float]] = {name: [] for name in sides}
         for argv, env in sides.values():
             timed(argv, env)  # warm the file cache
-        for _ in range(args.runs):  # interleaved, so machine noise falls on every side alike
-            for name, (argv, env) in sides.items():
-                times[name].append(timed(argv, env))
+        # Each ratio's two sides run back to back, the one first in even rounds and the other
+        # in odd ones, so machine noise falls on both alike and neither always goes first.
+        pairs = [
+            ("openprogram-run --help", "python -c pass"),
+            ("offline run", "  import its modules"),
+            ("  the same, collector untuned", None),
+            ("first offline run (cache off)", "  import its modules "),
+        ]
+        for round_ in range(args.runs):
+            for first, second in pairs:
+                names = [first] if second is None else [first, second]
+                for name in names if round_ % 2 == 0 else names[::-1]:
+                    argv, env = sides[name]
+                    times[name].append(timed(argv, env))
     print(f"startup: whole processes, median of {args.runs} interleaved runs")
     for name, found in (("offline run", libs), ("first offline run", cold_libs)):
         tops = sorted({m.split(".")[0] for m in found if not m.startswith("_")})
