@@ -102,9 +102,10 @@ def _scan_code(
     return size
 
 
-_GOT = re.compile(r"(?:got|unexpected|unknown tag) '([^']+)'")
-_CHAR_AT = re.compile(r"unexpected char .+ at (\d+)$")
-_INNERMOST = re.compile(r"innermost block that needs to be closed is '(\w+)'")
+# Read only when a template has a syntax error: left to re's cache, compiled on first use.
+_GOT = r"(?:got|unexpected|unknown tag) '([^']+)'"
+_CHAR_AT = r"unexpected char .+ at (\d+)$"
+_INNERMOST = r"innermost block that needs to be closed is '(\w+)'"
 _DESCRIBED_TOKENS = {
     "end of print statement": "}}",
     "end of statement block": "%}",
@@ -114,9 +115,9 @@ _DESCRIBED_TOKENS = {
 def syntax_error_position(source: str, message: str, lineno: int) -> tuple[int, int]:
     """Best (line, column) for a Jinja syntax error; Jinja itself gives only the line."""
     lines = _Lines(source)
-    if (at := _CHAR_AT.search(message)) is not None:
+    if (at := re.search(_CHAR_AT, message)) is not None:
         return lines.position(min(int(at.group(1)), len(source)))
-    if (block := _INNERMOST.search(message)) is not None:
+    if (block := re.search(_INNERMOST, message)) is not None:
         opened = _unclosed_block(source, block.group(1))
         if opened is not None:
             return lines.position(opened)
@@ -124,7 +125,7 @@ def syntax_error_position(source: str, message: str, lineno: int) -> tuple[int, 
     start = lines.starts[line - 1]
     end = lines.starts[line] if line < len(lines.starts) else len(source)
     text = source[start:end]
-    if (got := _GOT.search(message)) is not None:
+    if (got := re.search(_GOT, message)) is not None:
         col = _offending_token(text, _DESCRIBED_TOKENS.get(got.group(1), got.group(1)))
         if col is not None:
             return line, col
