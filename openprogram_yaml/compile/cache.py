@@ -17,8 +17,8 @@ Before an entry is used, everything the compile read is checked:
   relative to it), and ``PATH`` and ``PYTHONPATH`` (command and python tools are found
   through them).
 
-A file that changed while it was being compiled (modified less than ``stamps.RACY_NS`` before the
-compile began, or after) is not trusted, and the program is not kept.
+A file that changed while it was being compiled (modified less than ``stamps.RACY_NS``
+before the compile began, or after) is not trusted, and the program is not kept.
 
 Where: ``$OPENPROGRAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/openprogram-yaml``, else
 ``~/.cache/openprogram-yaml``. ``OPENPROGRAM_CACHE=off`` turns the cache off. A program that
@@ -57,8 +57,6 @@ __all__ = ["cache_folder", "compile_cached", "load", "store", "template_code_cac
 _FORMAT = 2
 #: Entries kept; beyond this, the least recently written half is removed.
 _ENTRIES_KEPT = 256
-
-Stamp = tuple[int, int]
 
 
 def cache_folder(environ: Mapping[str, str] | None = None) -> Path | None:
