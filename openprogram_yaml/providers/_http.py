@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -24,6 +24,7 @@ from ..errors import ErrorReason
 from ..redaction import redact
 from ..runtimes.failures import classify_status, is_quota_text, retry_after_from_headers
 from ..runtimes.protocol import RuntimeDelta, RuntimeResult, TurnFailure
+from ..runtimes.wrapping import stream_via_run_turn
 from ._transport import (
     AiohttpClient,
     ClientPool,
@@ -270,48 +271,6 @@ async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEEvent]:
             event_id = value
     if data:
         yield SSEEvent(event or "message", "\n".join(data), event_id)
-
-
-# --- streaming on top of run_turn -------------------------------------------------------
-
-
-async def stream_via_run_turn(
-    run_turn: Callable[..., Awaitable[RuntimeResult]],
-    prompt: Any,
-    kwargs: dict[str, Any],
-) -> AsyncIterator[RuntimeDelta]:
-    """Yield a turn's deltas as ``run_turn(on_delta=…)`` produces them.
-
-    A failed turn ends with one ``error`` delta (its ``metadata`` holds the classified
-    failure); nothing is raised. Leaving the loop early cancels the turn.
-    """
-    queue: asyncio.Queue[RuntimeDelta | None] = asyncio.Queue()
-    kwargs = dict(kwargs)
-    kwargs["on_delta"] = queue.put_nowait
-    task = asyncio.ensure_future(run_turn(prompt, **kwargs))
-    task.add_done_callback(lambda _: queue.put_nowait(None))
-    try:
-        while True:
-            delta = await queue.get()
-            if delta is None:
-                break
-            yield delta
-        result = task.result()
-        if result.error is not None:
-            failure = result.failure
-            yield RuntimeDelta(
-                type="error",
-                content=result.error,
-                metadata={
-                    "reason": failure.reason if failure else ErrorReason.UNKNOWN.value,
-                    "retryable": failure.retryable if failure else False,
-                    "http_status": failure.http_status if failure else None,
-                    "retry_after_s": failure.retry_after_s if failure else None,
-                },
-            )
-    finally:
-        if not task.done():
-            task.cancel()
 
 
 # --- the shared shape of an HTTP runtime ------------------------------------------------

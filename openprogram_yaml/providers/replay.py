@@ -35,9 +35,8 @@ from ..runtimes.protocol import (
     RuntimeDelta,
     RuntimeResult,
     TurnFailure,
-    capabilities_of,
 )
-from ._http import stream_via_run_turn
+from ..runtimes.wrapping import WrappedRuntime, stream_via_run_turn
 from ._recordings import (
     FILE_HEADER,
     REQUEST_OPTIONS,
@@ -84,30 +83,16 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-class RecordingRuntime:
+class RecordingRuntime(WrappedRuntime):
     """Forwards every call to ``inner``; successful turns are also written to disk."""
 
     def __init__(self, inner: Any, owner: RecordingSelector, secrets: Iterable[str] = ()) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._owner = owner
         self._secrets = frozenset(secrets)
 
     def __repr__(self) -> str:
         return f"RecordingRuntime({self.inner!r}, directory={str(self._owner.directory)!r})"
-
-    @property
-    def provider(self) -> str | None:
-        return getattr(self.inner, "provider", None)
-
-    @property
-    def runtime_id(self) -> str:
-        return str(getattr(self.inner, "runtime_id", type(self.inner).__name__))
-
-    def supports(self, model_ref: str | None = None) -> bool:
-        return bool(self.inner.supports(model_ref))
-
-    def capabilities(self, model_ref: str | None = None) -> Capabilities:
-        return capabilities_of(self.inner, model_ref)
 
     async def run_turn(
         self,
@@ -141,9 +126,6 @@ class RecordingRuntime:
             failure = TurnFailure(ErrorReason.UNKNOWN.value, message, False)
             return RuntimeResult(error=message, failure=failure, metadata=result.metadata)
         return result
-
-    def stream_turn(self, prompt: Any, **kwargs: Any) -> AsyncIterator[RuntimeDelta]:
-        return stream_via_run_turn(self.run_turn, prompt, kwargs)
 
     async def aclose(self) -> None:
         close = getattr(self.inner, "aclose", None)

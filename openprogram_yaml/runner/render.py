@@ -15,13 +15,12 @@ from typing import Any
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..runtimes.protocol import (
-    Capabilities,
     Message,
     RuntimeResult,
     ToolSpec,
     TurnFailure,
-    capabilities_of,
 )
+from ..runtimes.wrapping import WrappedRuntime
 
 __all__ = ["CaptureSelector", "CapturedRequest", "format_request"]
 
@@ -73,18 +72,12 @@ def _message(m: Message) -> dict[str, Any]:
     return out
 
 
-class _CaptureRuntime:
+class _CaptureRuntime(WrappedRuntime):
+    """Stands in front of the real runtime and keeps each request instead of sending it."""
+
     def __init__(self, inner: Any, sink: list[CapturedRequest]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.sink = sink
-        self.provider = getattr(inner, "provider", None)
-
-    def supports(self, model_ref: str | None = None) -> bool:
-        return bool(self.inner.supports(model_ref))
-
-    def capabilities(self, model_ref: str | None = None) -> Capabilities:
-        # Modes (native structured output, tool-mode choices) follow the real runtime's.
-        return capabilities_of(self.inner, model_ref)
 
     async def run_turn(
         self,
@@ -104,10 +97,6 @@ class _CaptureRuntime:
             error=_CAPTURED,
             failure=TurnFailure("invalid_request", _CAPTURED, retryable=False),
         )
-
-    async def stream_turn(self, prompt: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
-        yield  # pragma: no cover
 
 
 class CaptureSelector:
