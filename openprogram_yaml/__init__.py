@@ -6,13 +6,11 @@ openprogram_yaml`` (and the command line's start-up) stays fast.
 
 from __future__ import annotations
 
-import importlib
+from ._lazy import lazy_exports
 
 # Not from `typing`: importing it costs start-up time; mypy reads TYPE_CHECKING by name.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from .compile.program import Agent, Method, Program
     from .compile.project import compile_agent_files, compile_path
     from .errors import (
@@ -168,15 +166,4 @@ __all__ = [
     "unregister_runtime",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'openprogram_yaml' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -7,13 +7,11 @@ loads ``choices`` only when a method picks.
 
 from __future__ import annotations
 
-import importlib
+from openprogram_yaml._lazy import lazy_exports
 
 # Not from `typing`: mypy reads TYPE_CHECKING by name.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from openprogram_yaml.runtime.callable import CallableRuntime
     from openprogram_yaml.runtime.choices import Choice, ChoiceSet, normalize_choices
     from openprogram_yaml.runtime.retry import (
@@ -83,15 +81,4 @@ __all__ = [
     "retry_after_from_headers",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'openprogram_yaml.runtime' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
