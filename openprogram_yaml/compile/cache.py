@@ -160,16 +160,19 @@ def _template_folder_name() -> str:
 
 
 @functools.cache
-def _template_code_cache(folder: str) -> BytecodeCache | None:
+def _template_code_cache(folder: str) -> BytecodeCache:
     from jinja2 import FileSystemBytecodeCache
 
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        return None
-    return FileSystemBytecodeCache(folder)
+    class KeptTemplateCode(FileSystemBytecodeCache):
+        """Jinja's cache, except that an entry it cannot write (the folder removed while a
+        server runs, a full disk) is skipped: a cache must never fail a render."""
+
+        def dump_bytecode(self, bucket: Any) -> None:
+            with contextlib.suppress(OSError):
+                os.makedirs(self.directory, 0o700, exist_ok=True)
+                super().dump_bytecode(bucket)
+
+    return KeptTemplateCode(folder)
 
 
 # --- keys and manifests ------------------------------------------------------------------

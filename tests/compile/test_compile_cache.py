@@ -296,3 +296,18 @@ def test_the_folder_stays_bounded(agent: Path) -> None:
     assert f"{written - 1:032x}.pickle" in kept and f"{0:032x}.pickle" not in kept
     assert cache.load(agent) is not None  # the new entry stays
     assert not stale.exists() and recent.exists()
+
+
+def test_a_cache_folder_removed_under_a_running_process_does_not_fail_renders(
+    agent: Path,
+) -> None:
+    folder = cache.cache_folder()
+    assert folder is not None
+    program = cache.compile_cached(agent)
+    program.agent("greeter").method("greet").render({"who": "Ada"})
+    shutil.rmtree(folder)  # a user clearing ~/.cache while a server runs
+    (agent.parent / "prompts" / "greet.j2").write_text("Hi {{ who }}\n")
+    program = cache.compile_cached(agent)
+    assert program.agent("greeter").method("greet").render({"who": "Ada"})[-1]["text"] == (
+        "Hi Ada\n"
+    )
