@@ -62,26 +62,11 @@ class CompiledTemplate:
     #: one to serve a few methods) never pays for code it does not run.
     _built: list[Template] = field(default_factory=list, repr=False)
 
-    def __getstate__(self) -> tuple[object, ...]:
-        # Generated code stays behind; the template is generated again when first rendered.
-        return (
-            self.name,
-            self.source,
-            self.variables,
-            self.files,
-            self.origin,
-            self._sources,
-            self._links,
-        )
-
-    def __setstate__(self, state: tuple[object, ...]) -> None:
-        name, source, variables, files, origin, sources, links = state
-        for key, value in zip(
-            ("name", "source", "variables", "files", "origin", "_sources", "_links", "_built"),
-            (name, source, variables, files, origin, sources, links, []),
-            strict=True,
-        ):
-            object.__setattr__(self, key, value)
+    def __reduce__(self) -> tuple[type[CompiledTemplate], tuple[object, ...]]:
+        # Made again from its data: the generated code stays behind, and is generated (or
+        # loaded from the template code cache) when first rendered.
+        data = (self.name, self.source, self.variables, self.files, self.origin)
+        return CompiledTemplate, (*data, self._sources, self._links)
 
     @property
     def _template(self) -> Template:
