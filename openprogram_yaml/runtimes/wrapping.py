@@ -9,11 +9,11 @@ capabilities, streaming) is ``WrappedRuntime``'s.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ..errors import ErrorReason
-from .protocol import Capabilities, Message, RuntimeDelta, RuntimeResult, capabilities_of
+from .protocol import Capabilities, RuntimeDelta, RuntimeResult, capabilities_of
 
 __all__ = ["WrappedRuntime", "stream_via_run_turn"]
 
@@ -62,6 +62,9 @@ class WrappedRuntime:
     capabilities are the inner runtime's; subclasses say what ``run_turn`` does, and
     ``stream_turn`` streams whatever ``run_turn`` reports."""
 
+    #: What the subclass does with a turn (the protocol's ``run_turn``).
+    run_turn: Callable[..., Awaitable[RuntimeResult]]
+
     def __init__(self, inner: Any) -> None:
         self.inner = inner
 
@@ -79,16 +82,6 @@ class WrappedRuntime:
     def capabilities(self, model_ref: str | None = None) -> Capabilities:
         # Modes (native structured output, tool-mode choices) follow the real runtime's.
         return capabilities_of(self.inner, model_ref)
-
-    async def run_turn(
-        self,
-        prompt: str | Sequence[Message],
-        *,
-        system_prompt: str | None = None,
-        model_ref: str | None = None,
-        **kwargs: Any,
-    ) -> RuntimeResult:
-        raise NotImplementedError
 
     def stream_turn(self, prompt: Any, **kwargs: Any) -> AsyncIterator[RuntimeDelta]:
         return stream_via_run_turn(self.run_turn, prompt, kwargs)
