@@ -250,6 +250,7 @@ def compile_agent(doc: AgentDocument, ctx: ProjectContext, col: Collector) -> Ag
     """The agent in ``doc``, or None when it has problems (reported to ``col``)."""
     spec = doc.spec
     engine = template_engine(ctx, doc.path)
+    col.secrets = frozenset(doc.secrets)
     all_inputs: set[str] = set()
     for method in spec.methods.values():
         all_inputs |= set(method.inputs)

@@ -28,6 +28,8 @@ class Collector:
     def __init__(self) -> None:
         self.diagnostics: list[Diagnostic] = []
         self.files: set[Path] = set()
+        #: Secrets from the environment the texts being compiled may hold (see ``template``).
+        self.secrets: frozenset[str] = frozenset()
 
     def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
         pos = source.at(loc, key=key)
@@ -61,7 +63,10 @@ class Collector:
         name: str,
         declared_by: str,
     ) -> CompiledTemplate | None:
-        """Compile a template, keeping its problems and the files it pulls in."""
+        """Compile a template, keeping its problems and the files it pulls in.
+
+        A text holding one of ``secrets`` is never written to the template code cache.
+        """
         try:
             compiled = engine.compile(
                 text,
@@ -69,6 +74,7 @@ class Collector:
                 declared=frozenset(declared),
                 name=name,
                 declared_by=declared_by,
+                cache_code=not any(secret in text for secret in self.secrets),
             )
         except ConfigError as exc:
             self.diagnostics.extend(exc.diagnostics)

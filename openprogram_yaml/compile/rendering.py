@@ -52,12 +52,16 @@ class CompiledTemplate:
     """
 
     name: str
-    source: str
+    #: Not in the repr: an inline template may hold a secret read with ``${env:…}``.
+    source: str = field(repr=False)
     variables: frozenset[str]
     files: frozenset[Path]
     origin: TextOrigin
     _sources: Mapping[str, str] = field(repr=False)
     _links: Mapping[tuple[str, str], str] = field(repr=False)
+    #: False when the source holds a secret from the environment: Jinja's template code
+    #: cache would write it to disk, as a constant of the generated code.
+    cache_code: bool = field(default=True, repr=False)
     #: The Jinja template, generated on first render: checking a repository (or loading
     #: one to serve a few methods) never pays for code it does not run.
     _built: list[Template] = field(default_factory=list, repr=False)
@@ -66,7 +70,7 @@ class CompiledTemplate:
         # Made again from its data: the generated code stays behind, and is generated (or
         # loaded from the template code cache) when first rendered.
         data = (self.name, self.source, self.variables, self.files, self.origin)
-        return CompiledTemplate, (*data, self._sources, self._links)
+        return CompiledTemplate, (*data, self._sources, self._links, self.cache_code)
 
     @property
     def _template(self) -> Template:
@@ -78,7 +82,7 @@ class CompiledTemplate:
             env = _jinja.PromptSandbox(
                 loader=_jinja.SnapshotLoader(self._sources, root=root),
                 links=self._links,
-                bytecode_cache=template_code_cache(),
+                bytecode_cache=template_code_cache() if self.cache_code else None,
             )
             template = env.get_template(self.name)
             for key in self._sources:

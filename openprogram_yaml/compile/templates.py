@@ -179,12 +179,15 @@ class TemplateEngine:
         declared: Collection[str],
         name: str | None = None,
         declared_by: str = "the method",
+        cache_code: bool = True,
     ) -> CompiledTemplate:
         """Check ``source`` and every template it pulls in; raise ConfigError listing all
         problems, or return a template ready to render.
 
         ``declared`` are the names the render variables will hold; ``declared_by`` names who
         declares them in messages (``template reads 'x', which the method does not declare``).
+        ``cache_code=False`` keeps the code Jinja generates for it out of the template code
+        cache (for a source holding a secret).
         """
 
         template_name = name or str(origin.start)
@@ -201,7 +204,9 @@ class TemplateEngine:
             # The same text, seeing the same names from the same folder, with every file it
             # pulls in unchanged: what it reads and includes is what it read last time.
             variables, sources, links = known[0], known[1], known[2]
-            return self._compiled(source, template_name, origin, variables, sources, links)
+            return self._compiled(
+                source, template_name, origin, variables, sources, links, cache_code
+            )
         check = _Check(frozenset(declared), declared_by)
         analysis, problems = self._parse(source, template_name, origin)
         check.diagnostics.update(dict.fromkeys(problems))
@@ -228,7 +233,9 @@ class TemplateEngine:
             self._checked.clear()
         stamps = {key: _file_stamp(key) for key in sources}
         self._checked[checked_key] = (variables, sources, dict(check.links), stamps)
-        return self._compiled(source, template_name, origin, variables, sources, check.links)
+        return self._compiled(
+            source, template_name, origin, variables, sources, check.links, cache_code
+        )
 
     @staticmethod
     def _compiled(
@@ -238,6 +245,7 @@ class TemplateEngine:
         variables: frozenset[str],
         sources: Mapping[str, str],
         links: Mapping[tuple[str, str], str],
+        cache_code: bool,
     ) -> CompiledTemplate:
         return CompiledTemplate(
             name=template_name,
@@ -247,6 +255,7 @@ class TemplateEngine:
             origin=origin,
             _sources=dict(sources),
             _links=dict(links),
+            cache_code=cache_code,
         )
 
     # --- checking ---------------------------------------------------------------------------
