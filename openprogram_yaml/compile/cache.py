@@ -12,6 +12,9 @@ Before an entry is used, everything the compile read is checked:
 - the listing of the template and schema folders and of the folder of every file read,
   since a new file there may shadow another;
 - the files each of the project's patterns (``agents:``, ``tests:``) matches;
+- what the search for the project found in each folder it looked in (``openprogram.yaml``
+  and ``.git`` in the agent file's folder and its parents), nothing included: a project
+  file appearing later in a parent folder makes the agent part of that project;
 - the value of every environment variable the files name (kept as a hash);
 - this package's own code, the Python version, the working directory (messages show paths
   relative to it), and ``PATH`` and ``PYTHONPATH`` (command and python tools are found
@@ -22,9 +25,14 @@ before the compile began, or after) is not trusted, and the program is not kept.
 
 Where: ``$OPENPROGRAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/openprogram-yaml``, else
 ``~/.cache/openprogram-yaml``. ``OPENPROGRAM_CACHE=off`` turns the cache off. A program that
-holds a secret (a key or header value from the environment) is never written. Entries are
-pickles: they are written only into a folder that belongs to the user and that no one else
-can write to, and a folder that is not like that is not used.
+holds a secret (a key or header value from the environment) is never written.
+
+Entries are pickles, and Jinja's template code holds a pickle too: loading one runs code,
+so the folder must be one nobody else could have planted a file in. A folder that is
+given as a relative path, lies inside the project being run, is a symbolic link, belongs to
+another user or can be written by others is not used (one warning line says why), and an
+entry is read only when it is a regular file, not a link, of this user, and writable by
+no one else. Files are opened without following links, through the checked folder.
 """
 
 from __future__ import annotations
@@ -35,17 +43,18 @@ import hashlib
 import os
 import pickle
 import shutil
+import stat
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import __version__
-from .paths import glob_files
+from .paths import find_project_root, glob_files
 from .program import Program
-from .stamps import RACY_NS
+from .stamps import RACY_NS, entry_kind
 from .stamps import digest as file_digest
 
 if TYPE_CHECKING:
@@ -54,7 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["cache_folder", "compile_cached", "load", "store", "template_code_cache"]
 
 #: Bumped whenever what an entry holds changes shape.
-_FORMAT = 2
+_FORMAT = 3
 #: Entries kept; beyond this, the least recently written half is removed.
 _ENTRIES_KEPT = 256
 
@@ -88,13 +97,16 @@ def compile_cached(path: Path, *, environ: Mapping[str, str] | None = None) -> P
 
 def load(path: Path, *, environ: Mapping[str, str] | None = None) -> Program | None:
     """The kept program compiled from ``path``, if it is still what compiling would give."""
-    folder = _usable_folder(environ, create=False)
+    folder = _usable_folder(environ, create=False, project=find_project_root(path))
     if folder is None:
         return None
     env = os.environ if environ is None else environ
     key = _key(path, env)
     try:
-        with open(folder / f"{key}.pickle", "rb") as stream:
+        opened = _open_private(folder, f"{key}.pickle")
+        if opened is None:
+            return None
+        with opened as stream:
             manifest = pickle.load(stream)
             if not _still_valid(manifest, key, env):
                 return None
@@ -122,7 +134,7 @@ def store(
     manifest = _manifest(program, _key(path, env), env, started_ns)
     if manifest is None:
         return False
-    folder = _usable_folder(environ, create=True)
+    folder = _usable_folder(environ, create=True, project=program.root)
     if folder is None:
         return False
     try:
@@ -141,12 +153,15 @@ def store(
     return True
 
 
-def template_code_cache(environ: Mapping[str, str] | None = None) -> BytecodeCache | None:
+def template_code_cache(
+    near: Path, environ: Mapping[str, str] | None = None
+) -> BytecodeCache | None:
     """Where Jinja keeps the Python code it generates for templates, checked against each
     template's source (Jinja's own ``FileSystemBytecodeCache``), in a folder of the cache
     that this package's code and the Jinja and Python versions name. None when the cache
-    is off or its folder cannot be used."""
-    folder = _usable_folder(environ, create=True)
+    is off or its folder cannot be used (``near``, a file of the template's project, tells
+    which project it must not lie in)."""
+    folder = _usable_folder(environ, create=True, project=find_project_root(near))
     if folder is None:
         return None
     return _template_code_cache(str(folder / _template_folder_name()))
@@ -165,7 +180,16 @@ def _template_code_cache(folder: str) -> BytecodeCache:
 
     class KeptTemplateCode(FileSystemBytecodeCache):
         """Jinja's cache, except that an entry it cannot write (the folder removed while a
-        server runs, a full disk) is skipped: a cache must never fail a render."""
+        server runs, a full disk) is skipped: a cache must never fail a render; and that
+        an entry is read only as the compile cache reads its own (Jinja unpickles part of
+        it)."""
+
+        def load_bytecode(self, bucket: Any) -> None:
+            name = os.path.basename(self._get_cache_filename(bucket))
+            opened = _open_private(Path(self.directory), name)
+            if opened is not None:
+                with opened:
+                    bucket.load_bytecode(opened)
 
         def dump_bytecode(self, bucket: Any) -> None:
             with contextlib.suppress(OSError):
@@ -216,6 +240,9 @@ def _manifest(
     """Plain data naming everything the compile read, or None when something changed while
     it was compiled (or cannot be read), so the program must not be kept."""
     settled = started_ns - RACY_NS
+    lookups = program.inputs.lookups
+    if not _same_lookups((str(path), kind) for path, kind in lookups):
+        return None  # a project file appeared (or went) while compiling
     try:
         files = [_settled(str(f), settled, file_digest) for f in sorted(program.files, key=str)]
         looked_in = {*map(str, program.inputs.folders), *(os.path.dirname(f[0]) for f in files)}
@@ -232,6 +259,7 @@ def _manifest(
         "globs": [
             (pattern, [str(m) for m in matched]) for pattern, matched in program.inputs.globs
         ],
+        "lookups": [(str(path), kind) for path, kind in lookups],
     }
 
 
@@ -256,7 +284,7 @@ def _settled(
 def _still_valid(manifest: Any, key: str, env: Mapping[str, str]) -> bool:
     if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
         return False
-    if manifest.get("key") != key:
+    if manifest.get("key") != key or not _same_lookups(manifest["lookups"]):
         return False
     for name, digest in manifest["env"]:
         if _env_digest(env.get(name)) != digest:
@@ -281,6 +309,12 @@ def _still_valid(manifest: Any, key: str, env: Mapping[str, str]) -> bool:
     )
 
 
+def _same_lookups(lookups: Iterable[tuple[str, str]]) -> bool:
+    """Whether each path looked at holds what it held (a project file where there was
+    nothing changes the project)."""
+    return all(entry_kind(path) == kind for path, kind in lookups)
+
+
 def _listing_digest(folder: Path | str) -> bytes:
     return hashlib.sha256("\0".join(sorted(os.listdir(folder))).encode()).digest()
 
@@ -293,22 +327,75 @@ def _env_digest(value: str | None) -> bytes | None:
 # --- the folder --------------------------------------------------------------------------
 
 
-def _usable_folder(environ: Mapping[str, str] | None, *, create: bool) -> Path | None:
-    """The cache folder, if it is this user's and no one else can write to it."""
+def _usable_folder(
+    environ: Mapping[str, str] | None, *, create: bool, project: Path
+) -> Path | None:
+    """The cache folder, if it can be trusted (see the module's docstring) and does not lie
+    in ``project``; else None, with one warning line."""
     folder = cache_folder(environ)
     if folder is None:
+        return None
+    if not folder.is_absolute():
+        _warn_once(f"its folder '{folder}' is a relative path; give an absolute one")
+        return None
+    if Path(os.path.realpath(folder)).is_relative_to(project):
+        _warn_once(f"its folder {folder} is inside the project {project}")
         return None
     try:
         if create:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.stat(folder)
+        st = os.lstat(folder)
     except OSError:
-        return None
-    if hasattr(os, "getuid") and st.st_uid != os.getuid():
-        return None
-    if st.st_mode & 0o022:  # group- or world-writable: others could plant an entry
+        return None  # not there yet (nothing to load), or cannot be made: uncached
+    problem = "is a symbolic link" if stat.S_ISLNK(st.st_mode) else _untrusted(st)
+    if problem is not None:
+        _warn_once(f"its folder {folder} {problem}")
         return None
     return folder
+
+
+def _untrusted(st: os.stat_result) -> str | None:
+    """Why a cache folder or entry with this status may hold what someone else put there."""
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return "belongs to another user"
+    if st.st_mode & 0o022:
+        return "can be written by others"
+    return None
+
+
+def _open_private(folder: Path, name: str) -> IO[bytes] | None:
+    """``folder/name`` opened for reading when neither is a link and both pass
+    ``_untrusted``; else None. The file is opened through the folder checked (no path is
+    looked up twice), so neither can be swapped in between."""
+    no_follow = os.O_RDONLY | os.O_NOFOLLOW
+    try:
+        folder_fd = os.open(folder, no_follow | os.O_DIRECTORY)
+    except OSError:
+        return None
+    try:
+        if _untrusted(os.fstat(folder_fd)) is not None:
+            return None
+        # Non-blocking: a FIFO planted under the name must not hang the open.
+        descriptor = os.open(name, no_follow | os.O_NONBLOCK, dir_fd=folder_fd)
+    except OSError:
+        return None
+    finally:
+        os.close(folder_fd)
+    st = os.fstat(descriptor)
+    if not stat.S_ISREG(st.st_mode) or _untrusted(st) is not None:
+        os.close(descriptor)
+        return None
+    return os.fdopen(descriptor, "rb")
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(reason: str) -> None:
+    """Say once per process why the cache is off: a user who set the folder should know."""
+    if reason not in _warned:
+        _warned.add(reason)
+        print(f"warning: compile cache off: {reason}", file=sys.stderr)
 
 
 def _write(stream: IO[bytes], manifest: dict[str, Any], program: Program) -> None:

@@ -7,7 +7,17 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["PROJECT_FILE", "display_path", "find_project_root", "glob_files", "resolve_inside"]
+from .stamps import entry_kind
+
+__all__ = [
+    "PROJECT_FILE",
+    "Lookup",
+    "display_path",
+    "find_project_root",
+    "glob_files",
+    "project_root_lookups",
+    "resolve_inside",
+]
 
 #: The file that marks the root of a prompt repository.
 PROJECT_FILE = "openprogram.yaml"
@@ -19,15 +29,28 @@ def find_project_root(start: Path) -> Path:
     The nearest folder holding ``openprogram.yaml``; else the root of the git checkout it is
     in; else the file's own folder.
     """
+    return project_root_lookups(start)[0]
+
+
+#: A path looked at, and what was there (``stamps.entry_kind``: "" for nothing).
+Lookup = tuple[Path, str]
+
+
+def project_root_lookups(start: Path) -> tuple[Path, tuple[Lookup, ...]]:
+    """``find_project_root(start)``, and every path it looked at with what it found: a
+    project file or a checkout appearing later where nothing was changes the project."""
     start = start.resolve()
     folder = start if start.is_dir() else start.parent
+    lookups: list[Lookup] = []
     for candidate in (folder, *folder.parents):
-        if (candidate / PROJECT_FILE).is_file():
-            return candidate
+        lookups.append((candidate / PROJECT_FILE, entry_kind(candidate / PROJECT_FILE)))
+        if lookups[-1][1] == "file":
+            return candidate, tuple(lookups)
     for candidate in (folder, *folder.parents):
-        if (candidate / ".git").exists():
-            return candidate
-    return folder
+        lookups.append((candidate / ".git", entry_kind(candidate / ".git")))
+        if lookups[-1][1]:
+            return candidate, tuple(lookups)
+    return folder, tuple(lookups)
 
 
 def resolve_inside(base_file: Path, relative: str, root: Path) -> tuple[Path | None, str | None]:

@@ -492,6 +492,10 @@ class BuildInputs:
     folders: frozenset[Path] = frozenset()
     #: The project's file patterns (``agents:``, ``tests:``), each with the files it matched.
     globs: tuple[tuple[str, tuple[Path, ...]], ...] = ()
+    #: Paths looked at while finding the project (``openprogram.yaml`` and ``.git`` in the
+    #: file's folder and its parents), each with what was there: ``""`` for nothing, so
+    #: that a project file appearing later in a parent folder is seen.
+    lookups: tuple[tuple[Path, str], ...] = ()
 
 
 @fast_dataclass(frozen=True)

@@ -26,7 +26,14 @@ from ..spec.yamlread import SourceMap
 from . import stamps
 from .agent import PendingMethodTools, check_valid_parts, compile_agent
 from .context import Collector, ProjectContext
-from .paths import PROJECT_FILE, display_path, find_project_root, glob_files, resolve_inside
+from .paths import (
+    PROJECT_FILE,
+    display_path,
+    find_project_root,
+    glob_files,
+    project_root_lookups,
+    resolve_inside,
+)
 from .program import Agent, BuildInputs, Program, RuntimeRule
 from .stamps import Stamp, stamps_once
 
@@ -385,11 +392,12 @@ def _compile_path(path: Path, environ: Mapping[str, str] | None) -> Program:
                 )
             )
         return _compile_project(folder, environ)
-    root = find_project_root(path)
+    root, lookups = project_root_lookups(path)
     if (root / PROJECT_FILE).is_file():
         program = _compile_project(root, environ, extra=path)
-        return program
-    return compile_agent_files([path], environ=environ)
+    else:
+        program = compile_agent_files([path], environ=environ)
+    return dataclasses.replace(program, inputs=dataclasses.replace(program.inputs, lookups=lookups))
 
 
 def _compile_project(

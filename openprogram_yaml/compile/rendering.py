@@ -82,7 +82,9 @@ class CompiledTemplate:
             env = _jinja.PromptSandbox(
                 loader=_jinja.SnapshotLoader(self._sources, root=root),
                 links=self._links,
-                bytecode_cache=template_code_cache() if self.cache_code else None,
+                bytecode_cache=(
+                    template_code_cache(Path(self.origin.path)) if self.cache_code else None
+                ),
             )
             template = env.get_template(self.name)
             for key in self._sources:

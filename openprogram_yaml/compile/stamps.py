@@ -12,11 +12,21 @@ import contextlib
 import contextvars
 import hashlib
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["RACY_NS", "UNTRUSTED", "Stamp", "digest", "stamp", "stamps_once", "trusted_stamp"]
+__all__ = [
+    "RACY_NS",
+    "UNTRUSTED",
+    "Stamp",
+    "digest",
+    "entry_kind",
+    "stamp",
+    "stamps_once",
+    "trusted_stamp",
+]
 
 Stamp = tuple[int, int] | None
 
@@ -63,6 +73,18 @@ def stamp(path: Path | str) -> Stamp:
     """``(mtime_ns, size)``, or None for a file that is not there."""
     st = _stat(path)
     return None if st is None else (st.st_mtime_ns, st.st_size)
+
+
+def entry_kind(path: Path | str) -> str:
+    """What is at ``path``, links followed: ``"file"``, ``"folder"``, ``"other"``, or ``""``
+    for nothing. A lookup records it so that a later one can tell whether it would find
+    the same (a file where nothing was, a folder where a file was)."""
+    st = _stat(path)
+    if st is None:
+        return ""
+    if stat.S_ISREG(st.st_mode):
+        return "file"
+    return "folder" if stat.S_ISDIR(st.st_mode) else "other"
 
 
 def trusted_stamp(path: Path | str, now_ns: int) -> Stamp:
