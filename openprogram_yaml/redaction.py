@@ -1,21 +1,80 @@
-"""Keeping secrets out of what is printed, recorded or traced: one rule for every layer."""
+"""Keeping secrets out of what is printed, recorded or traced: one rule for every layer.
+
+Which values are secret: those the loader took for secrets when it expanded ``${env:…}``,
+the key and header values a runtime is given (``api_key``, ``headers``, and the value of
+the variable ``api_key_env`` names), and the values of environment variables whose names
+look secret (``OPENAI_API_KEY``, ``SHOP_TOKEN`` …), which is where built-in and plugin
+runtimes read their keys when no option names one.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["REDACTED", "redact"]
+__all__ = ["REDACTED", "env_secrets", "redact", "secrets_in_options"]
 
 REDACTED = "***"
 
 #: Shorter values are not treated as secrets: replacing them would mangle ordinary text.
 MIN_SECRET_LEN = 4
 
+_SECRET_NAME_PARTS = frozenset(
+    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"}
+)
+#: A variable picked by its name alone must hold a longer value: short ones are too likely
+#: to occur in ordinary text to be replaced everywhere.
+_MIN_ENV_SECRET = 8
+
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every secret replaced by ``***`` (longest first, so a secret that
-    contains another is hidden whole)."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        if len(secret) >= MIN_SECRET_LEN and secret in text:
-            text = text.replace(secret, REDACTED)
+    contains another is hidden whole). A secret is found as it is and as it reads inside a
+    JSON string, where quotes, backslashes and other characters are escaped."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        if len(secret) < MIN_SECRET_LEN:
+            continue
+        for form in _written_forms(secret):
+            if form in text:
+                text = text.replace(form, REDACTED)
     return text
+
+
+def _written_forms(secret: str) -> tuple[str, ...]:
+    if secret.isascii() and secret.isprintable() and '"' not in secret and "\\" not in secret:
+        return (secret,)
+    escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
+    ascii_escaped = json.dumps(secret)[1:-1]
+    return tuple(dict.fromkeys((secret, escaped, ascii_escaped)))
+
+
+def env_secrets(environ: Mapping[str, str] | None = None) -> set[str]:
+    """Values of environment variables whose names look secret (``*_API_KEY``, ``*_TOKEN``…)."""
+    environ = os.environ if environ is None else environ
+    found: set[str] = set()
+    for name, value in environ.items():
+        parts = set(re.split(r"[^A-Z0-9]+", name.upper()))
+        if parts & _SECRET_NAME_PARTS and len(value) >= _MIN_ENV_SECRET:
+            found.add(value)
+    return found
+
+
+def secrets_in_options(
+    options: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> set[str]:
+    """Secret values in runtime options or turn kwargs: keys, header values, key variables."""
+    environ = os.environ if environ is None else environ
+    found: set[str] = set()
+    key = options.get("api_key")
+    if isinstance(key, str):
+        found.add(key)
+    headers = options.get("headers")
+    if isinstance(headers, Mapping):
+        found.update(v for v in headers.values() if isinstance(v, str))
+    key_env = options.get("api_key_env")
+    if isinstance(key_env, str) and environ.get(key_env):
+        found.add(environ[key_env])
+    return found

@@ -193,6 +193,7 @@ def _compile_method(
         _prompt_hash=functools.partial(
             prompt_version, (prompt, instructions), response_format, choices, options, spec.vars
         ),
+        secrets=frozenset(doc.secrets),
     )
 
 
@@ -309,6 +310,7 @@ def check_valid_parts(path: Path, failed: PartialDocument, ctx: ProjectContext) 
         return []
     agent_vars = data.get("vars") if isinstance(data.get("vars"), dict) else {}
     col = Collector()
+    col.secrets = failed.secrets
     engine = template_engine(ctx, path)
     for name, raw in methods.items():
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import field
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
+from ..redaction import redact
 from ..spec.positions import TextOrigin
 from ..spec.yamlread import Loc, SourceMap
 
@@ -28,12 +30,22 @@ class Collector:
     def __init__(self) -> None:
         self.diagnostics: list[Diagnostic] = []
         self.files: set[Path] = set()
-        #: Secrets from the environment the texts being compiled may hold (see ``template``).
+        #: Secrets from the environment the texts being compiled may hold: no message shows
+        #: one, and no template holding one has its code cached (see ``template``).
         self.secrets: frozenset[str] = frozenset()
 
     def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
         pos = source.at(loc, key=key)
-        self.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
+        self._keep([Diagnostic(pos.path, pos.line, pos.col, message)])
+
+    def _keep(self, diagnostics: Iterable[Diagnostic]) -> None:
+        # Messages quote values of the file (a schema error quotes the value it refuses),
+        # and any value may have been read from the environment.
+        for diagnostic in diagnostics:
+            message = redact(diagnostic.message, self.secrets)
+            if message != diagnostic.message:
+                diagnostic = dataclasses.replace(diagnostic, message=message)
+            self.diagnostics.append(diagnostic)
 
     def schema(
         self, value: Any, *, ctx: ProjectContext, base_file: Path, source: SourceMap, loc: Loc
@@ -51,7 +63,7 @@ class Collector:
             loc=loc,
         )
         self.files.update(bundle.files)
-        self.diagnostics.extend(bundle.diagnostics)
+        self._keep(bundle.diagnostics)
         return bundle.schema, not bundle.diagnostics
 
     def template(
@@ -77,7 +89,7 @@ class Collector:
                 cache_code=not any(secret in text for secret in self.secrets),
             )
         except ConfigError as exc:
-            self.diagnostics.extend(exc.diagnostics)
+            self._keep(exc.diagnostics)
             return None
         self.files.update(compiled.files)
         return compiled

@@ -20,7 +20,7 @@ from typing import Any
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError
-from ..redaction import REDACTED, redact
+from ..redaction import REDACTED, redact, secrets_in_options
 from ..runtimes.protocol import (
     Capabilities,
     Message,
@@ -39,11 +39,9 @@ __all__ = [
     "Redactor",
     "canonical_request",
     "capabilities_record",
-    "env_secrets",
     "label_dir",
     "request_key",
     "response_record",
-    "secrets_in_options",
     "selection_secrets",
     "write_atomically",
 ]
@@ -204,22 +202,6 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
     (re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"), REDACTED),
 )
-_SECRET_NAME_PARTS = frozenset(
-    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"}
-)
-#: Shorter values are too likely to occur in ordinary text to be replaced everywhere.
-_MIN_ENV_SECRET = 8
-
-
-def env_secrets(environ: Mapping[str, str] | None = None) -> set[str]:
-    """Values of environment variables whose names look secret (``*_API_KEY``, ``*_TOKEN``…)."""
-    environ = os.environ if environ is None else environ
-    found: set[str] = set()
-    for name, value in environ.items():
-        parts = set(re.split(r"[^A-Z0-9]+", name.upper()))
-        if parts & _SECRET_NAME_PARTS and len(value) >= _MIN_ENV_SECRET:
-            found.add(value)
-    return found
 
 
 def selection_secrets(selector: Any, model_ref: str | None) -> set[str]:
@@ -232,21 +214,6 @@ def selection_secrets(selector: Any, model_ref: str | None) -> set[str]:
     except Exception:  # a selector that cannot explain has no options to leak
         return set()
     return secrets_in_options(options)
-
-
-def secrets_in_options(options: Mapping[str, Any]) -> set[str]:
-    """Secret values in runtime options or turn kwargs: keys, header values, key variables."""
-    found: set[str] = set()
-    key = options.get("api_key")
-    if isinstance(key, str):
-        found.add(key)
-    headers = options.get("headers")
-    if isinstance(headers, Mapping):
-        found.update(v for v in headers.values() if isinstance(v, str))
-    key_env = options.get("api_key_env")
-    if isinstance(key_env, str) and os.environ.get(key_env):
-        found.add(os.environ[key_env])
-    return found
 
 
 class Redactor:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ErrorReason
+from ..redaction import env_secrets, secrets_in_options
 from ..runtime.context import current_method as current_label
 from ..runtimes.protocol import (
     Capabilities,
@@ -45,11 +46,9 @@ from ._recordings import (
     Redactor,
     canonical_request,
     capabilities_record,
-    env_secrets,
     label_dir,
     request_key,
     response_record,
-    secrets_in_options,
     selection_secrets,
     write_atomically,
 )
@@ -65,7 +64,6 @@ __all__ = [
     "ReplaySelector",
     "canonical_request",
     "current_label",
-    "env_secrets",
     "label_dir",
     "request_key",
 ]

@@ -154,6 +154,7 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any
     (checked); or the exit status after reporting why not."""
     from ..compile.cache import compile_cached
     from ..errors import ConfigError, UsageError
+    from .records import run_secrets
 
     try:
         program = compile_cached(Path(args.path))
@@ -162,7 +163,7 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any
     secrets: frozenset[str] = frozenset()
     try:
         agent, name = program.select(args.method, agent=args.agent, path=Path(args.path))
-        secrets = agent.secrets
+        secrets = run_secrets(agent)
         method = agent.method(name or _only_method_name(agent))
         inputs = _parse_inputs(args, method)
         method.prepare_inputs(inputs)
@@ -184,7 +185,16 @@ def _cmd_run(argv: Sequence[str]) -> int:
         return loaded
     program, agent, method, inputs = loaded
 
-    from .records import GitStamper, RecordLog, VersionStamp, append_trace, execute_run
+    from .records import (
+        GitStamper,
+        RecordLog,
+        VersionStamp,
+        append_trace,
+        execute_run,
+        run_secrets,
+    )
+
+    secrets = run_secrets(agent)
 
     # git is asked only when a record is shown or kept: plain runs stay fast.
     wants_record = args.json or args.records is not None
@@ -197,7 +207,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
     if args.record is not None and args.replay is not None:
         _emit(sys.stderr, "error: --record and --replay do not go together")
         return 2
-    wrap = _selector_wrapper(args.record, args.replay, agent.secrets)
+    wrap = _selector_wrapper(args.record, args.replay, secrets)
     status = _Status(f"{agent.name}.{method.name}")
     # Ready everything the first turn needs while the collector is still off. A failure
     # here is left to the run, which records it.
@@ -222,7 +232,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
     finally:
         status.clear()
         if trace is not None:
-            append_trace(args.trace, trace, agent.secrets)
+            append_trace(args.trace, trace, secrets)
     if args.records is not None:
         log = RecordLog(args.records)
         try:
@@ -232,10 +242,10 @@ def _cmd_run(argv: Sequence[str]) -> int:
     if args.json:
         _emit(sys.stdout, record.to_json())
     elif record.error is None:
-        _emit(sys.stdout, _format_output(record.output), agent.secrets)
+        _emit(sys.stdout, _format_output(record.output), secrets)
     if record.error is not None:
         kind = record.error.get("type", "error")
-        _emit(sys.stderr, f"error: {kind}: {record.error.get('message', '')}", agent.secrets)
+        _emit(sys.stderr, f"error: {kind}: {record.error.get('message', '')}", secrets)
     return record.exit_code
 
 
@@ -339,7 +349,7 @@ def _cmd_render(argv: Sequence[str]) -> int:
     args = p.parse_args(argv)
     import asyncio
 
-    from .records import VersionStamp, execute_run
+    from .records import VersionStamp, execute_run, run_secrets
     from .render import CaptureSelector, format_request
 
     loaded = _load_method(args)
@@ -370,7 +380,7 @@ def _cmd_render(argv: Sequence[str]) -> int:
         return record.exit_code or 1
     data = captured[0].to_dict()
     text = json.dumps(data, indent=2, ensure_ascii=False) if args.json else format_request(data)
-    _emit(sys.stdout, text, agent.secrets)
+    _emit(sys.stdout, text, run_secrets(agent))
     return 0
 
 
@@ -436,6 +446,7 @@ def _cmd_test(argv: Sequence[str]) -> int:
 
     from ..compile.project import compile_path
     from ..errors import ConfigError
+    from .records import run_secrets
     from .testing import run_tests
 
     try:
@@ -460,7 +471,7 @@ def _cmd_test(argv: Sequence[str]) -> int:
             replay = program.recordings
         else:
             model = "test"
-    secrets = frozenset().union(*(a.secrets for a in program.agents.values()))
+    secrets = frozenset().union(*(run_secrets(a) for a in program.agents.values()))
     wrap = _selector_wrapper(args.record, replay, secrets)
     outcomes = asyncio.run(
         run_tests(

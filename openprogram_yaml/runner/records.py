@@ -26,7 +26,7 @@ from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..compile.program import DEFAULT_MAX_STEPS, Agent, Program, RunState
 from ..errors import OpenProgramError, UsageError
-from ..redaction import redact
+from ..redaction import env_secrets, redact, secrets_in_options
 
 if TYPE_CHECKING:
     from ..runtime.trace import SessionTrace
@@ -41,6 +41,7 @@ __all__ = [
     "error_dict",
     "execute_run",
     "redact",
+    "run_secrets",
 ]
 
 Status = Literal["ok", "failed", "interrupted"]
@@ -176,6 +177,7 @@ class RunRecord:
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     #: The exit status the CLI would give: 0 ok, 1 the run failed, 2 usage error.
     exit_code: int = 0
+    #: What must never be shown of the run (see ``run_secrets``); not part of the record.
     secrets: frozenset[str] = frozenset()
     #: The methods the run passed through by ``choices``, with the pick made in each.
     path: list[dict[str, Any]] = field(default_factory=list)
@@ -206,6 +208,23 @@ class RunRecord:
     def to_json(self) -> str:
         """One line of JSON with the agent's secrets redacted."""
         return redact(json.dumps(self.to_dict(), ensure_ascii=False, default=repr), self.secrets)
+
+
+def run_secrets(agent: Agent, environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """Every value a run of ``agent`` must not show: the ``${env:…}`` secrets its files read,
+    the keys and header values of its runtime rules and providers (the value of a key
+    variable included), and secret-looking environment variables (``OPENAI_API_KEY`` …).
+
+    One set for every output of the run: the command line's text and ``--json``, records,
+    traces, serve replies and recordings. Read when the run starts, as the runtimes read
+    their keys then.
+    """
+    found = set(agent.secrets) | env_secrets(environ)
+    for rule in agent.runtime_rules:
+        found |= secrets_in_options(rule.options, environ)
+    for provider in agent.providers.values():
+        found |= secrets_in_options(provider.runtime_options(), environ)
+    return frozenset(found)
 
 
 def error_dict(exc: BaseException) -> dict[str, Any]:
@@ -273,7 +292,7 @@ async def execute_run(
     try:
         agent = program.agent(agent_name)
         record.agent = agent.name
-        record.secrets = agent.secrets
+        record.secrets = run_secrets(agent)
         method = agent.method(method_name or _only_method(agent))
         record.method = method.name
         record.model = model or method.options.model or agent.model

@@ -30,7 +30,7 @@ from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..compile.program import Method, Program
 from ..errors import ConfigError, Diagnostic, UsageError
-from .records import RecordLog, RunRecord, RunService, append_trace, redact
+from .records import RecordLog, RunRecord, RunService, append_trace, redact, run_secrets
 from .reload import ProgramHolder, ReloadEvent
 
 __all__ = [
@@ -271,7 +271,7 @@ class HttpServer:
                     for m in agent.methods.values()
                 },
             }
-        secrets = frozenset().union(*(a.secrets for a in program.agents.values()))
+        secrets = frozenset().union(*(run_secrets(a) for a in program.agents.values()))
         redacted: dict[str, Any] = json.loads(redact(json.dumps(out, default=repr), secrets))
         return redacted
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import field
 from pathlib import Path
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
+from ..redaction import redact
 from .diagnostics import validation_diagnostics
 from .env import expand_env
 from .models import AgentSpec, built
@@ -41,10 +43,18 @@ class PartialDocument(ConfigError):
     say), so one run reports every problem of the file.
     """
 
-    def __init__(self, diagnostics: list[Diagnostic], data: Any, source: SourceMap) -> None:
+    def __init__(
+        self,
+        diagnostics: list[Diagnostic],
+        data: Any,
+        source: SourceMap,
+        secrets: frozenset[str] = frozenset(),
+    ) -> None:
         super().__init__(diagnostics)
         self.data = data
         self.source = source
+        #: The secrets ``data`` holds; messages about it must not show them.
+        self.secrets = secrets
 
 
 def load_document(
@@ -75,7 +85,13 @@ def load_document(
     except ValidationError as exc:
         diagnostics.extend(validation_diagnostics(exc, expanded.data, source, model))
     if diagnostics or spec is None:
-        raise PartialDocument(diagnostics, expanded.data, source)
+        # Messages quote the values they refuse, and a value may be a secret.
+        secrets = frozenset(expanded.secrets)
+        shown = [
+            dataclasses.replace(d, message=redact(d.message, secrets)) if secrets else d
+            for d in diagnostics
+        ]
+        raise PartialDocument(shown, expanded.data, source, secrets)
     return spec, source, expanded.secrets, expanded.names
 
 
