@@ -317,3 +317,26 @@ def test_config_errors_do_not_quote_a_secret(
     captured = capsys.readouterr()
     assert SHOP_TOKEN not in captured.out + captured.err
     assert json.dumps(SHOP_TOKEN) not in captured.out
+
+
+def test_a_secret_with_quotes_and_backslashes_is_redacted_inside_json_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # In JSON output the value reads 'tok\\"quoted\\\\back': it must be found there too.
+    secret = 'tok"quoted\\back-1234'
+    monkeypatch.setenv("SHOP_TOKEN", secret)
+    path = _agent(
+        tmp_path,
+        """
+        version: 1
+        name: shop
+        model: test
+        methods:
+          say: {prompt: "Say ${env:SHOP_TOKEN}"}
+        """,
+    )
+    files = ["--records", str(tmp_path / "records.jsonl"), "--trace", str(tmp_path / "trace.jsonl")]
+    assert main([str(path), "say", "--json", *files]) == 0
+    shown = _outputs(tmp_path, capsys)
+    assert json.dumps(secret)[1:-1] not in shown and secret not in shown
+    assert json.loads(shown.splitlines()[0])["output"].endswith("Say ***")
