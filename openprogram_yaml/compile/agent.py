@@ -113,6 +113,27 @@ def _response_format(
     return envelope, ok
 
 
+def _input_defs(
+    col: Collector, doc: AgentDocument, loc: Loc, properties: dict[str, Any]
+) -> dict[str, Any]:
+    defs: dict[str, Any] = {}
+    owners: dict[str, str] = {}
+    for input_name, schema in properties.items():
+        found = schema.get("$defs") if isinstance(schema, dict) else None
+        for def_name, sub in (found if isinstance(found, dict) else {}).items():
+            if def_name in defs and defs[def_name] != sub:
+                col.at(
+                    doc.source,
+                    (*loc, "inputs", input_name, "$defs", def_name),
+                    f"input '{owners[def_name]}' defines '{def_name}' differently; the "
+                    "inputs share one '$defs', so give one of them another name",
+                    key=True,
+                )
+                continue
+            defs[def_name], owners[def_name] = sub, input_name
+    return defs
+
+
 def _compile_method(
     engine: TemplateEngine,
     col: Collector,
@@ -134,12 +155,17 @@ def _compile_method(
         ok = ok and valid
         properties[input_name] = bundled
     required = [n for n, s in properties.items() if not (isinstance(s, dict) and "default" in s)]
-    input_schema = {
+    input_schema: dict[str, Any] = {
         "type": "object",
         "properties": properties,
         "required": required,
         "additionalProperties": False,
     }
+    # An input's "#/$defs/…" (its own, or hoisted from a $ref'd file) points at the root of
+    # the schema holding it, which is now the object of all inputs: its definitions go there.
+    defs = _input_defs(col, doc, loc, properties)
+    if defs:
+        input_schema["$defs"] = defs
     declared = set(spec.vars) | set(method.inputs)
     prompt = _template(
         engine,

@@ -2,8 +2,10 @@
 
 A schema may point at files (``{$ref: ../schemas/label.json}``); those are read (JSON or
 YAML), checked to stay inside the project, and inlined, so the schema that reaches a provider
-is self-contained. ``$defs`` of a referenced file are hoisted under a prefixed name. Remote
-references are refused.
+is self-contained. ``$defs`` of a referenced file are hoisted under a name prefixed with the
+file's path in the project (``a/label.json``'s ``kind`` becomes ``a_label__kind``), so files
+of the same name in different folders keep their definitions apart. Remote references are
+refused.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class _Bundler:
         self.out = SchemaBundle(None)
         self.hoisted: dict[str, Any] = {}
         self._cache: dict[Path, Any] = {}
+        self._prefixes: dict[Path, str] = {}
 
     def error(self, pos: Position, message: str) -> None:
         self.out.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
@@ -112,6 +115,20 @@ class _Bundler:
             return None, None
         self._cache[path] = data
         return data, source
+
+    def prefix(self, path: Path) -> str:
+        """The prefix of the ``$defs`` hoisted from ``path``: its path in the project, made a
+        name, and unique in this bundle (``a/b_c.json`` and ``a_b/c.json`` read alike)."""
+        found = self._prefixes.get(path)
+        if found is None:
+            where = path.relative_to(self.root) if path.is_relative_to(self.root) else path
+            base = re.sub(r"[^A-Za-z0-9_]", "_", where.with_suffix("").as_posix())
+            taken = set(self._prefixes.values())
+            found, n = f"{base}__", 2
+            while found in taken:
+                found, n = f"{base}_{n}__", n + 1
+            self._prefixes[path] = found
+        return found
 
     def find_in_schema_folders(self, name: str) -> Path | None:
         for folder in self.search:
@@ -198,8 +215,7 @@ class _Bundler:
         def inner(sub: Loc) -> Position:
             return source.at(sub) if source else Position(str(target), 1, 1)
 
-        file_prefix = re.sub(r"[^A-Za-z0-9_]", "_", target.stem) + "__"
-        data = self.walk(data, target, inner, (), (*stack, target), file_prefix)
+        data = self.walk(data, target, inner, (), (*stack, target), self.prefix(target))
         if pointer:
             for part in pointer.strip("/").split("/"):
                 if isinstance(data, dict) and part in data:

@@ -26,7 +26,9 @@ import pytest
 from support import REPO
 
 from openprogram_yaml.compile import _jinja, _jinja_analysis, cache
+from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.runner.cli import main
+from openprogram_yaml.runtime.schemas import validator_for
 from openprogram_yaml.runtime.validation import check_schema
 
 AGENT = """\
@@ -109,16 +111,30 @@ def test_schema_files_of_the_same_name_keep_their_defs_apart(
         (tmp_path / folder / "label.json").write_text(json.dumps(label))
     agent = tmp_path / "agent.yaml"
     agent.write_text(
-        "version: 1\nname: labels\nmodel: test\nmethods:\n  show:\n"
+        "version: 1\nname: labels\nmodel: test\nmethods:\n"
+        "  show:\n"
         "    inputs:\n      x: {$ref: a/label.json}\n      y: {$ref: b/label.json}\n"
         '    prompt: "{{ x }} {{ y }}"\n'
+        "  label:\n"
+        '    prompt: "Label it"\n'
+        "    response_schema:\n"
+        "      type: object\n"
+        "      properties: {x: {$ref: a/label.json}, y: {$ref: b/label.json}}\n"
     )
     settle(tmp_path)
-    valid = json.dumps({"x": "text", "y": 3})
-    assert main(["render", str(agent), "show", "--input-json", valid]) == 0, capsys.readouterr().err
+    valid, swapped = {"x": "text", "y": 3}, {"x": 3, "y": "text"}
+    program = compile_path(agent)
+    response = program.agent("labels").method("label").response_format
+    assert response is not None
+    validator = validator_for(response["schema"])
+    assert validator.errors(valid) == []
+    assert len(validator.errors(swapped)) == 2
+    # Inputs are one object of all the inputs: their definitions must resolve there too.
+    assert main(["render", str(agent), "show", "--input-json", json.dumps(valid)]) == 0, (
+        capsys.readouterr().err
+    )
     assert "text 3" in capsys.readouterr().out
-    swapped = json.dumps({"x": 3, "y": "text"})
-    assert main(["render", str(agent), "show", "--input-json", swapped]) == 2
+    assert main(["render", str(agent), "show", "--input-json", json.dumps(swapped)]) == 2
 
 
 # --- fast paths agree with the libraries ------------------------------------------------------
