@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,10 +64,17 @@ _SCHEMA_MAPS = frozenset(
 _SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
 _STRINGS = frozenset(
     {
-        "title", "description", "$comment", "$id", "$ref", "$anchor", "format",
-        "contentEncoding", "contentMediaType", "pattern", "$dynamicRef", "$dynamicAnchor",
+        "title", "description", "$comment", "$ref", "format", "contentEncoding",
+        "contentMediaType", "pattern", "$dynamicRef",
     }
 )  # fmt: skip
+#: Strings the 2020-12 metaschema also matches against a pattern (with ``re.search``, as
+#: jsonschema does: ``$`` matches before a final newline there too).
+_PATTERNED = {
+    "$anchor": r"^[A-Za-z_][-A-Za-z0-9._]*$",
+    "$dynamicAnchor": r"^[A-Za-z_][-A-Za-z0-9._]*$",
+    "$id": r"^[^#]*#?$",
+}
 _NUMBERS = frozenset({"maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum"})
 _COUNTS = frozenset(
     {
@@ -86,8 +94,10 @@ _OTHER_KEYWORDS = frozenset(
 )  # fmt: skip
 #: Every keyword of JSON Schema 2020-12, with the few earlier drafts still use.
 KEYWORDS = (
-    _SUBSCHEMA | _SCHEMA_MAPS | _SCHEMA_LISTS | _STRINGS | _NUMBERS | _COUNTS | _FLAGS | _ANY
-) | _OTHER_KEYWORDS
+    (_SUBSCHEMA | _SCHEMA_MAPS | _SCHEMA_LISTS | _STRINGS | _NUMBERS | _COUNTS | _FLAGS | _ANY)
+    | _OTHER_KEYWORDS
+    | _PATTERNED.keys()
+)
 
 
 def keyword_mistakes(schema: Any) -> list[tuple[tuple[str | int, ...], str]]:
@@ -180,6 +190,8 @@ def _plainly_valid(schema: Any) -> bool:
             )
         elif key in _STRINGS:
             ok = isinstance(value, str)
+        elif key in _PATTERNED:
+            ok = isinstance(value, str) and re.search(_PATTERNED[key], value) is not None
         elif key in _NUMBERS:
             ok = _is_number(value)
         elif key == "multipleOf":
