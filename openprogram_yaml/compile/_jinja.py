@@ -19,6 +19,8 @@ from jinja2.loaders import BaseLoader
 from jinja2.runtime import Context, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from openprogram_yaml.safe_urls import url_path
+
 __all__ = ["PromptSandbox", "SnapshotLoader", "TemplateSyntaxError", "prompt_json"]
 
 #: ``'ab' * n`` and ``[x] * n`` may build at most this many characters or items.
@@ -93,6 +95,8 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
         for name in _DROPPED_GLOBALS:
             self.globals.pop(name, None)
         self.filters["tojson"] = prompt_json
+        # For http tool URLs (``/repos/{{ repo | path }}``); known here so templates check.
+        self.filters["path"] = url_path
         self._links: Mapping[tuple[str, str], str] = links or {}
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:

@@ -113,3 +113,5 @@ class ProjectContext:
     env: tuple[tuple[str, str | None], ...] = ()
     #: The project's file patterns (``agents:`` and ``tests:``), each with what it matched.
     globs: tuple[tuple[str, tuple[Path, ...]], ...] = ()
+    #: Installed packages ``python`` tools may name, besides the project's own modules.
+    python_packages: tuple[str, ...] = ()

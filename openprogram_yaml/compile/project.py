@@ -119,9 +119,20 @@ def load_project(
             (n, (os.environ if environ is None else environ).get(n)) for n in sorted(env_names)
         ),
         globs=tuple(globs),
+        python_packages=_python_packages(spec, source, col),
     )
     _check_shared_toolsets(spec, source, col)
     return ctx, list(agents)
+
+
+def _python_packages(spec: ProjectSpec, source: SourceMap, col: Collector) -> tuple[str, ...]:
+    names = []
+    for i, name in enumerate(spec.python_packages):
+        if all(part.isidentifier() for part in name.split(".")):
+            names.append(name)
+        else:
+            col.at(source, ("python_packages", i), f"'{name}' is not a Python package name")
+    return tuple(names)
 
 
 def _check_shared_toolsets(spec: ProjectSpec, source: SourceMap, col: Collector) -> None:

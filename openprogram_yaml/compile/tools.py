@@ -10,13 +10,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ToolError
+from ..errors import Diagnostic, ToolError
 from ..spec.loader import AgentDocument
-from ..spec.models import AgentToolSpec
+from ..spec.models import AgentToolSpec, HttpToolSpec
 from ..spec.yamlread import Loc
 from .context import Collector, ProjectContext
 from .paths import resolve_inside
 from .templates import CompiledTemplate, TemplateEngine
+from .url_templates import UrlTemplate
 
 __all__ = ["build_tools"]
 
@@ -67,24 +68,24 @@ def _compile_value(
     return value
 
 
-def _url_problem(url: str) -> str | None:
-    """What is wrong with an http tool's URL, as far as its literal start shows.
+def _check_url(col: Collector, doc: AgentDocument, http: HttpToolSpec, loc: Loc) -> bool:
+    """Report, at their positions, a URL whose origin values could change and bad ``hosts``."""
+    from ..safe_urls import check_template, parse_hosts
 
-    A URL whose scheme comes from a template is checked when the tool runs instead.
-    """
-    literal = url.split("{", 1)[0]
-    if not literal:
-        return None
-    scheme, sep, _ = literal.partition("://")
-    if not sep:
-        if "{" in url:
-            return None  # the scheme may still come from the template
-        return f"'{url}' is not a URL; write it as http://… or https://…"
-    if scheme.lower() not in ("http", "https"):
-        return (
-            f"'{scheme}://' URLs are refused; an http tool only sends http:// or https:// requests"
-        )
-    return None
+    ok = True
+    patterns, problems = parse_hosts(http.hosts or [])
+    for index, message in problems:
+        _error(col, doc, (*loc, "hosts", index), message)
+        ok = False
+    _, problem = check_template(http.url, hosts=patterns)
+    if problem is not None:
+        offset, message = problem
+        line = http.url.count("\n", 0, offset) + 1
+        column = offset - (http.url.rfind("\n", 0, offset) + 1) + 1
+        at = doc.source.origin((*loc, "url")).locate(line, column)
+        col.diagnostics.append(Diagnostic(at.path, at.line, at.col, message))
+        return False
+    return ok
 
 
 def _error(col: Collector, doc: AgentDocument, loc: Loc, message: str) -> None:
@@ -122,6 +123,7 @@ def _build_one(
                 parameters=parameters,
                 ref=tool.python,
                 project_root=ctx.root,
+                packages=ctx.python_packages,
             )
             source = getattr(built, "source_file", None)
             if source is not None:
@@ -129,9 +131,7 @@ def _build_one(
             return built if len(col.diagnostics) == before else None
         if tool.http is not None:
             http = tool.http
-            problem = _url_problem(http.url)
-            if problem is not None:
-                _error(col, doc, (*loc, "http", "url"), problem)
+            url_ok = _check_url(col, doc, http, (*loc, "http"))
             url = _compile_text(engine, col, doc, http.url, (*loc, "http", "url"), declared, name)
             headers = {
                 k: _compile_text(engine, col, doc, v, (*loc, "http", "headers", k), declared, name)
@@ -144,14 +144,15 @@ def _build_one(
             body = _compile_value(
                 engine, col, doc, http.body, (*loc, "http", "body"), declared, name
             )
-            if len(col.diagnostics) != before or url is None:
+            if len(col.diagnostics) != before or url is None or not url_ok:
                 return None
             return HttpTool(
                 name=name,
                 description=description,
                 parameters=parameters or _EMPTY_PARAMETERS,
                 method=http.method,
-                url=url,
+                url=UrlTemplate(url),
+                hosts=http.hosts or (),
                 headers=_all_compiled(headers),
                 query=_all_compiled(query),
                 body=body,
@@ -183,6 +184,7 @@ def _build_one(
                 timeout_s=tool.timeout_s,
                 max_output=tool.max_output_bytes,
                 project_root=ctx.root,
+                ok_exit_codes=tool.ok_exit_codes or (0,),
             )
     except (ToolError, ValueError, TypeError) as exc:
         kind = next(k for k in ("python", "http", "command") if getattr(tool, k) is not None)

@@ -14,7 +14,7 @@ from pathlib import Path
 # checker only (mypy reads TYPE_CHECKING by name), and json is imported where it is used.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from typing import Any, NoReturn, TextIO
 
 __all__ = ["main"]
@@ -270,7 +270,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(argv: Sequence[str]) -> int:
-    from .serve import DEFAULT_GRACE_S
+    from .serve import DEFAULT_GRACE_S, ServeLimits
 
     p = _Parser(
         prog="openprogram-run serve",
@@ -291,6 +291,42 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         help="on Ctrl-C or SIGTERM, how long runs in flight may finish (default: %(default)s)",
     )
     p.add_argument("--no-watch", action="store_true", help="serve one version; do not reload")
+    limits = ServeLimits()
+    p.add_argument(
+        "--allow-host",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="also answer requests for this host name (any port), e.g. behind a proxy; "
+        "by default only 127.0.0.1, localhost and [::1] at --port",
+    )
+    p.add_argument(
+        "--allow-model-override",
+        action="store_true",
+        help="let ?model= name any model (by default only the models the project uses)",
+    )
+    p.add_argument(
+        "--max-connections",
+        metavar="N",
+        type=_positive(int),
+        default=limits.max_connections,
+        help="connections served at once; more get 503 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=limits.header_timeout_s,
+        help="time a request may take to start, and its headers to arrive; idle connections "
+        "close after it (default: %(default)s)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=limits.body_timeout_s,
+        help="time a request's body may take to arrive (default: %(default)s)",
+    )
     args = p.parse_args(argv)
     import asyncio
 
@@ -305,8 +341,30 @@ def _cmd_serve(argv: Sequence[str]) -> int:
             records=args.records,
             grace_s=args.grace,
             watch=not args.no_watch,
+            limits=ServeLimits(
+                allowed_hosts=tuple(args.allow_host),
+                allow_model_override=args.allow_model_override,
+                max_connections=args.max_connections,
+                header_timeout_s=args.header_timeout,
+                body_timeout_s=args.body_timeout,
+            ),
         )
     )
+
+
+def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse ``type``: ``kind`` (int or float), above 0."""
+
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0: {text!r}")
+        return value
+
+    return parse
 
 
 class _Status:

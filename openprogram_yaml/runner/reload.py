@@ -10,6 +10,9 @@ it over the old one (vim, JetBrains, many formatters) replace the inode a per-fi
 would follow. The directories are those of the tracked files; events on other files are
 ignored unless the last compile failed (a broken config cannot say which files it needs, so
 any file next to the tracked ones may be the fix).
+
+A compile that crashes (a ``RecursionError``, a tool module calling ``sys.exit`` on import)
+is a failed reload like a ``ConfigError``: reported, and the watch goes on.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -110,6 +114,8 @@ class ProgramHolder:
         self.program: Program | None = None
         #: The diagnostics of the last compile when it failed; None once one succeeds.
         self.failure: tuple[Diagnostic, ...] | None = None
+        #: When the last compile (or watch failure) was settled, for ``/health``.
+        self.checked_at: datetime | None = None
         self.listeners: list[Callable[[ReloadEvent], None]] = []
         #: Set once the watcher is set up (every later save will be seen).
         self.watching = asyncio.Event()
@@ -121,10 +127,27 @@ class ProgramHolder:
         try:
             program = self._compile(self.path)
         except ConfigError as exc:
-            self.failure = tuple(exc.diagnostics)
+            self._settle(tuple(exc.diagnostics))
             raise
+        except (Exception, SystemExit) as exc:
+            self._settle(self._crash(exc))
+            raise ConfigError(list(self.failure or ())) from exc
         self._swap(program)
         return program
+
+    def _crash(self, exc: BaseException) -> tuple[Diagnostic, ...]:
+        """A compile that raised something other than ``ConfigError``, as a diagnostic."""
+        # SystemExit too: user code imported by the compile (a tool module) may call
+        # sys.exit, which must fail the reload, not stop the server.
+        detail = str(exc)
+        if len(detail) > 300:
+            detail = detail[:300] + "…"
+        message = f"the compile crashed: {type(exc).__name__}" + (f": {detail}" if detail else "")
+        return (Diagnostic(str(self.path), 0, 0, message),)
+
+    def _settle(self, failure: tuple[Diagnostic, ...] | None) -> None:
+        self.failure = failure
+        self.checked_at = datetime.now(UTC)
 
     def snapshot(self) -> tuple[Program, VersionStamp]:
         """The version a run starting now uses; the run keeps it to its end."""
@@ -135,7 +158,7 @@ class ProgramHolder:
 
     def _swap(self, program: Program) -> None:
         self.program = program  # one reference assignment: atomic for every reader
-        self.failure = None
+        self._settle(None)
 
     def _compile_and_stamp(self) -> Program:
         program = self._compile(self.path)
@@ -153,17 +176,18 @@ class ProgramHolder:
         started = time.perf_counter()
         try:
             program = await asyncio.to_thread(self._compile_and_stamp)
-        except ConfigError as exc:
-            self.failure = tuple(exc.diagnostics)
+        except (Exception, SystemExit) as exc:
+            failure = tuple(exc.diagnostics) if isinstance(exc, ConfigError) else self._crash(exc)
+            self._settle(failure)
             event = ReloadEvent(
                 "failed",
                 previous,
                 previous,
-                self.failure,
+                failure,
                 tuple(changed),
                 time.perf_counter() - started,
             )
-            if self.failure != was_failing:  # the same errors again are no news
+            if failure != was_failing:  # the same errors again are no news
                 self._publish(event)
             return event
         elapsed = time.perf_counter() - started
@@ -171,6 +195,8 @@ class ProgramHolder:
         status: ReloadStatus = "loaded" if program.version != previous or recovered else "unchanged"
         if status == "loaded":
             self._swap(program)
+        else:
+            self._settle(None)
         event = ReloadEvent(status, program.version, previous, (), tuple(changed), elapsed)
         if not (quiet and status == "unchanged"):
             self._publish(event)
@@ -209,11 +235,13 @@ class ProgramHolder:
         while not stop.is_set():
             try:
                 await self._watch_dirs(self.watched_dirs(), stop)
-            except OSError as exc:  # a watched folder vanished, or too many watches
-                # Say so (the last good version keeps serving) and try again shortly.
-                where = Diagnostic(str(self.path), 0, 0, f"cannot watch for changes: {exc}")
+            except Exception as exc:  # a watched folder vanished, too many watches, or a bug
+                # Say so (the last good version keeps serving) and try again shortly: a watch
+                # that ended silently would leave every later edit ignored.
+                why = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+                where = Diagnostic(str(self.path), 0, 0, f"cannot watch for changes: {why}")
                 if self.failure != (where,):
-                    self.failure = (where,)
+                    self._settle((where,))
                     version = self.program.version if self.program else None
                     self._publish(ReloadEvent("failed", version, version, (where,), (), 0.0))
                 with contextlib.suppress(TimeoutError):

@@ -1,9 +1,18 @@
 """``openprogram-run serve``: a local HTTP server that runs agents while their files change.
 
 Why HTTP: it is what an application under development calls (any language, any HTTP
-client, concurrent runs), and it stays scriptable (``curl -d '{"ticket": "..."}'``).
+client, concurrent runs), and it stays scriptable
+(``curl -H 'Content-Type: application/json' -d '{"ticket": "..."}' URL``).
 It listens on 127.0.0.1 only and has no authentication: it is a development server for one
 machine, built on asyncio's streams so it adds no dependency.
+
+Any web page the developer opens can send requests to 127.0.0.1, so the server answers only
+requests meant for it (see ``ServeLimits``): a ``Host`` naming this server (127.0.0.1,
+localhost or [::1] at its port; DNS rebinding sends the attacker's name), no ``Origin`` or
+this server's own, and run bodies declared ``application/json`` (a page cannot send that
+cross-site without a CORS preflight, which is never granted). ``?model=`` may only name a
+model the project uses. Slow or idle clients are cut off and connections are capped, so
+a stranger cannot hold every file descriptor.
 
     POST /run/{agent}/{method}[?model=M]   body: the inputs as a JSON object → the run record
     GET  /health                           status, the serving version, runs in flight
@@ -12,6 +21,7 @@ machine, built on asyncio's streams so it adds no dependency.
 
 A run's HTTP status: 200 ok, 400 bad inputs, 404 no such agent or method, 502 the model call
 failed, 500 any other failure, 503 interrupted by shutdown. The body is always the record.
+Refused requests get 400, 403, 408, 413, 415, 431 or 503 with ``{"error": "..."}``.
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -36,6 +47,7 @@ from .reload import ProgramHolder, ReloadEvent
 __all__ = [
     "DEFAULT_GRACE_S",
     "HttpServer",
+    "ServeLimits",
     "describe_reload",
     "serve",
     "serve_path",
@@ -44,13 +56,20 @@ __all__ = [
 
 MAX_BODY = 1 << 20
 MAX_HEADERS = 100
+#: Inputs nested deeper are refused: templates, schema validation and the record all
+#: recurse, and about 1,000 levels crash them. Ruby's JSON parser stops at the same depth.
+MAX_JSON_DEPTH = 100
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
 
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     413: "Content Too Large",
+    415: "Unsupported Media Type",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     501: "Not Implemented",
@@ -65,6 +84,24 @@ class _HttpError(Exception):
         self.status = status
 
 
+@fast_dataclass(frozen=True)
+class ServeLimits:
+    """What the server accepts from its clients (``serve``'s flags)."""
+
+    #: Host names served besides the loopback ones (at any port), e.g. behind a proxy.
+    allowed_hosts: tuple[str, ...] = ()
+    #: Let ``?model=`` name any model, not only those the project's agents use.
+    allow_model_override: bool = False
+    #: Connections served at once; more get a 503. Well under the 256 file descriptors
+    #: macOS gives a process by default, leaving room for model calls and files.
+    max_connections: int = 100
+    #: A request must start within this (after connecting, or after the previous reply: an
+    #: idle connection is closed), and its headers must then arrive within this again.
+    header_timeout_s: float = 10.0
+    #: A request's body must arrive within this once its headers have.
+    body_timeout_s: float = 30.0
+
+
 @fast_dataclass
 class _Request:
     """One HTTP request, as read off the connection."""
@@ -72,17 +109,25 @@ class _Request:
     method: str
     path: str
     query: dict[str, list[str]]
+    headers: dict[str, str]
     body: bytes
     keep_alive: bool
 
 
-async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
+@fast_dataclass(frozen=True)
+class _Head:
+    method: str
+    target: str
+    version: str
+    headers: dict[str, str]
+
+
+async def _read_head(reader: asyncio.StreamReader, first: bytes) -> _Head:
+    """The request line and headers; ``first`` is the byte already read."""
     try:
-        line = await reader.readline()
+        line = first + await reader.readline()
     except ValueError as exc:  # longer than the stream limit
         raise _HttpError(400, "request line too long") from exc
-    if not line:
-        return None
     parts = line.decode("latin-1").rstrip("\r\n").split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
         raise _HttpError(400, "malformed request line")
@@ -99,6 +144,10 @@ async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
         headers[name.strip().lower()] = value.strip()
     else:
         raise _HttpError(431, "too many headers")
+    return _Head(method, target, version, headers)
+
+
+def _body_length(headers: dict[str, str]) -> int:
     if "transfer-encoding" in headers:
         raise _HttpError(501, "chunked bodies are not supported; send Content-Length")
     try:
@@ -107,11 +156,39 @@ async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
         raise _HttpError(400, "bad Content-Length") from exc
     if length < 0 or length > MAX_BODY:
         raise _HttpError(413, f"the body may hold at most {MAX_BODY} bytes")
-    body = await reader.readexactly(length) if length else b""
-    connection = headers.get("connection", "").lower()
-    keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    url = urlsplit(target)
-    return _Request(method, unquote(url.path), parse_qs(url.query), body, keep_alive)
+    return length
+
+
+def _split_host(value: str) -> tuple[str, int | None] | None:
+    """``name[:port]`` (``[v6]:port`` too) as (lower-case name, port); None if malformed."""
+    name, sep, port = value.rpartition(":")
+    if not sep or "]" in port:
+        return value.lower(), None
+    if not (port.isascii() and port.isdigit()):
+        return None
+    return name.lower(), int(port)
+
+
+def _nests_deeper(value: object, limit: int) -> bool:
+    """Whether JSON ``value`` nests arrays and objects more than ``limit`` deep."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:  # a loop, not recursion: the point is to survive any depth
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[object] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+def _shown(value: str) -> str:
+    """A client-sent value quoted in an error, cut short."""
+    return value if len(value) <= 100 else value[:100] + "…"
 
 
 def _status_of(record: RunRecord) -> int:
@@ -135,16 +212,24 @@ class HttpServer:
         *,
         model: str | None = None,
         log: TextIO | None = None,
+        limits: ServeLimits | None = None,
+        deadline: Callable[[float], AbstractAsyncContextManager[Any]] = asyncio.timeout,
     ) -> None:
         self.holder = holder
         self.service = service
         self.model = model
         self.log = log
+        self.limits = limits or ServeLimits()
+        #: ``asyncio.timeout``; a test passes its own to decide when a deadline passes.
+        self.deadline = deadline
+        self._allowed_hosts = frozenset(h.lower() for h in self.limits.allowed_hosts)
         self.port = 0
         self._server: asyncio.Server | None = None
         #: Connection tasks, and which of them are answering a request (not idle).
         self._connections: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()
+        #: Connections past the cap, being told so.
+        self._turned_away: set[asyncio.Task[None]] = set()
 
     async def start(self, port: int = 0) -> int:
         """Listen on 127.0.0.1:``port`` (0: any free port); returns the port."""
@@ -162,21 +247,24 @@ class HttpServer:
         if self._busy:
             # Each run has ended; give its connection a moment to send the record.
             await asyncio.wait(set(self._busy), timeout=5)
-        for task in set(self._connections):
+        for task in self._connections | self._turned_away:
             task.cancel()
-        if self._connections:
-            await asyncio.wait(set(self._connections))
+        if self._connections or self._turned_away:
+            await asyncio.wait(self._connections | self._turned_away)
 
     # --- connections --------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._connections) >= self.limits.max_connections:
+            await self._turn_away(task, reader, writer)
+            return
         self._connections.add(task)
         try:
             while True:
                 try:
-                    request = await _read_request(reader)
+                    request = await self._read_request(reader)
                 except _HttpError as exc:
                     await self._send(writer, exc.status, {"error": str(exc)}, keep_alive=False)
                     return
@@ -184,7 +272,7 @@ class HttpServer:
                     return
                 self._busy.add(task)
                 try:
-                    status, body = await self._dispatch(request)
+                    status, body = await self._answer(request)
                     keep = request.keep_alive and not self.service.closing
                     await self._send(writer, status, body, keep_alive=keep)
                 finally:
@@ -193,11 +281,75 @@ class HttpServer:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # close() ends the connection. Python 3.11's stream callback logs a cancelled
+            # handler as an "unhandled exception", so the task ends normally instead.
+            pass
         finally:
             self._connections.discard(task)
             writer.close()
             with contextlib.suppress(ConnectionError, asyncio.CancelledError):
                 await writer.wait_closed()
+
+    async def _turn_away(
+        self, task: asyncio.Task[None], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Past the connection cap: answer 503 and close."""
+        limit = self.limits.max_connections
+        if len(self._turned_away) >= limit:
+            writer.transport.abort()  # a flood: no reply, the file descriptor back at once
+            return
+        self._turned_away.add(task)
+        error = f"the server is serving {limit} connections, its limit; try again shortly"
+        try:
+            await self._send(writer, 503, {"error": error}, keep_alive=False)
+            writer.write_eof()
+            # Read until the client closes: closing with its request unread would reset the
+            # connection (RST), and the client could lose the 503 before reading it.
+            async with self.deadline(self.limits.header_timeout_s):
+                while await reader.read(1 << 16):
+                    pass
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            self._turned_away.discard(task)
+            writer.close()
+
+    async def _read_request(self, reader: asyncio.StreamReader) -> _Request | None:
+        """The next request; None when the client closed, or stayed idle past the limit."""
+        limits = self.limits
+        try:
+            async with self.deadline(limits.header_timeout_s):
+                first = await reader.read(1)
+        except TimeoutError:
+            return None  # idle: nothing was asked, so nothing is answered
+        if not first:
+            return None
+        try:
+            async with self.deadline(limits.header_timeout_s):
+                head = await _read_head(reader, first)
+        except TimeoutError:
+            raise _HttpError(
+                408, f"the request headers did not arrive within {limits.header_timeout_s:g} s"
+            ) from None
+        length = _body_length(head.headers)
+        body = b""
+        if length:
+            try:
+                async with self.deadline(limits.body_timeout_s):
+                    body = await reader.readexactly(length)
+            except TimeoutError:
+                raise _HttpError(
+                    408, f"the request body did not arrive within {limits.body_timeout_s:g} s"
+                ) from None
+        connection = head.headers.get("connection", "").lower()
+        if head.version == "HTTP/1.1":
+            keep_alive = connection != "close"
+        else:
+            keep_alive = connection == "keep-alive"
+        url = urlsplit(head.target)
+        path, query = unquote(url.path), parse_qs(url.query)
+        return _Request(head.method, path, query, head.headers, body, keep_alive)
 
     async def _send(
         self,
@@ -218,6 +370,65 @@ class HttpServer:
         writer.write(head.encode("latin-1") + data)
         await writer.drain()
 
+    async def _answer(self, request: _Request) -> tuple[int, dict[str, Any] | str]:
+        refusal = self._refusal(request.headers)
+        if refusal is not None:
+            return refusal
+        try:
+            return await self._dispatch(request)
+        except Exception as exc:  # a bug must cost one request a 500, not the connection
+            if self.log is not None:
+                self.log.write(redact(f"500 internal error: {exc!r}", self._secrets()) + "\n")
+                self.log.flush()
+            return 500, {"error": f"internal error ({type(exc).__name__}); see the server's log"}
+
+    # --- who may ask ----------------------------------------------------------------------
+
+    def _refusal(self, headers: dict[str, str]) -> tuple[int, dict[str, Any]] | None:
+        """Why a request must not be served (a page on another site, a rebound name)."""
+        host = headers.get("host")
+        if host is None:
+            return 400, {"error": "a Host header is required"}
+        if not self._is_own_host(host):
+            port = self.port
+            return 403, {
+                "error": f"refused: Host '{_shown(host)}' is not this server, which answers to "
+                f"127.0.0.1:{port}, localhost:{port} and [::1]:{port} "
+                "(serve --allow-host NAME admits another name)"
+            }
+        origin = headers.get("origin")
+        if origin is not None and not self._is_own_origin(origin):
+            return 403, {
+                "error": f"refused: a request from Origin '{_shown(origin)}' (a page of another "
+                "site); only this server's own origin may call it"
+            }
+        return None
+
+    def _is_own_host(self, value: str, *, scheme: str = "http") -> bool:
+        found = _split_host(value)
+        if found is None:
+            return False
+        name, port = found
+        if name in self._allowed_hosts:
+            return True
+        if name not in LOOPBACK_HOSTS or scheme != "http":
+            return False
+        return port == self.port or (port is None and self.port == 80)
+
+    def _is_own_origin(self, origin: str) -> bool:
+        scheme, sep, rest = origin.partition("://")
+        if not sep or "/" in rest or scheme.lower() not in ("http", "https"):
+            return False  # "null" (a sandboxed frame, a file) is nobody's own origin
+        return self._is_own_host(rest, scheme=scheme.lower())
+
+    def _secrets(self) -> frozenset[str]:
+        program = self.holder.program
+        if program is None:
+            return frozenset()
+        return frozenset().union(*(run_secrets(a) for a in program.agents.values()))
+
+    # --- routes -------------------------------------------------------------------------
+
     async def _dispatch(self, request: _Request) -> tuple[int, dict[str, Any] | str]:
         parts = [p for p in request.path.split("/") if p]
         routes: dict[str, Callable[[], dict[str, Any]]] = {
@@ -232,10 +443,15 @@ class HttpServer:
         if len(parts) == 3 and parts[0] == "run":
             if request.method != "POST":
                 return 405, {"error": "use POST /run/{agent}/{method} with the inputs as JSON"}
+            media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+            if media != "application/json":
+                got = f"'{_shown(media)}'" if media else "none"
+                return 415, {
+                    "error": "send the inputs as a JSON object with Content-Type: "
+                    f"application/json (got {got})"
+                }
             return await self._run(parts[1], parts[2], request)
         return 404, {"error": "no such route; try POST /run/{agent}/{method}, GET /agents"}
-
-    # --- routes -------------------------------------------------------------------------
 
     def _version_dict(self) -> dict[str, Any]:
         return self.holder.snapshot()[1].to_dict()
@@ -245,6 +461,23 @@ class HttpServer:
             "status": "ok" if self.holder.failure is None else "reload_failed",
             "version": self._version_dict(),
             "in_flight": len(self.service.in_flight),
+            "reload": self._reload_report(),
+        }
+
+    def _reload_report(self) -> dict[str, Any]:
+        """The last reload's outcome: ok or failed, when, and what it said."""
+        holder = self.holder
+        at = holder.checked_at.isoformat(timespec="seconds") if holder.checked_at else None
+        serving = holder.program.version if holder.program is not None else None
+        failure = holder.failure
+        if failure is None:
+            return {"status": "ok", "at": at, "message": f"serving version {serving}"}
+        more = f" (and {len(failure) - 1} more)" if len(failure) > 1 else ""
+        return {
+            "status": "failed",
+            "at": at,
+            "message": f"{failure[0]}{more}; still serving version {serving}",
+            "diagnostics": [str(d) for d in failure],
         }
 
     def _version(self) -> dict[str, Any]:
@@ -255,10 +488,7 @@ class HttpServer:
                 files.append(path.relative_to(program.root).as_posix())
             except ValueError:
                 files.append(str(path))
-        reload: dict[str, Any] = {"status": "ok"}
-        if self.holder.failure is not None:
-            reload = {"status": "failed", "diagnostics": [str(d) for d in self.holder.failure]}
-        return {"version": stamp.to_dict(), "files": files, "reload": reload}
+        return {"version": stamp.to_dict(), "files": files, "reload": self._reload_report()}
 
     def _agents(self) -> dict[str, Any]:
         program, _ = self.holder.snapshot()
@@ -283,13 +513,27 @@ class HttpServer:
         if found is None or method not in found.methods:
             what = f"agent '{agent}'" if found is None else f"method '{method}' of '{agent}'"
             return 404, {"error": f"no {what}; GET /agents lists them"}
+        too_deep = {"error": f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH}"}
         try:
             inputs = json.loads(request.body or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return 400, {"error": f"the body is not JSON: {exc}"}
+        except RecursionError:
+            return 400, too_deep
         if not isinstance(inputs, dict):
             return 400, {"error": "the body must be a JSON object of input names to values"}
-        model = request.query.get("model", [self.model])[-1]
+        if _nests_deeper(inputs, MAX_JSON_DEPTH):
+            return 400, too_deep
+        model = self.model
+        if "model" in request.query:
+            model = request.query["model"][-1]
+            allowed = self._models(program)
+            if not self.limits.allow_model_override and model not in allowed:
+                return 403, {
+                    "error": "?model= may only name a model this project uses "
+                    f"({', '.join(sorted(allowed)) or 'none'}); "
+                    "start serve with --allow-model-override to allow any"
+                }
         if self.service.closing:
             return 503, {"error": "the server is shutting down"}
         task = self.service.start(agent, method, inputs, model=model)
@@ -304,6 +548,15 @@ class HttpServer:
             )
             self.log.flush()
         return status, record.to_json()
+
+    def _models(self, program: Program) -> set[str]:
+        """The models the project's agents and methods name, and the server's ``--model``."""
+        names = {self.model} if self.model else set()
+        for agent in program.agents.values():
+            names.update(m.options.model for m in agent.methods.values() if m.options.model)
+            if agent.model:
+                names.add(agent.model)
+        return names
 
 
 def describe_reload(event: ReloadEvent) -> str:
@@ -342,11 +595,12 @@ async def serve(
     stop: asyncio.Event,
     force: asyncio.Event,
     on_listening: Callable[[int], None] | None = None,
+    limits: ServeLimits | None = None,
 ) -> None:
     """Serve until ``stop`` is set, then shut down cleanly (``force`` cuts the grace short)."""
     say = _print_to(sys.stderr)
     holder.listeners.append(lambda event: say(describe_reload(event)))
-    server = HttpServer(holder, service, model=model, log=sys.stderr)
+    server = HttpServer(holder, service, model=model, log=sys.stderr, limits=limits)
     watcher: asyncio.Task[None] | None = None
     watch_stop = asyncio.Event()
     if watch:
@@ -423,6 +677,7 @@ async def serve_path(
     records: Path | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     watch: bool = True,
+    limits: ServeLimits | None = None,
 ) -> int:
     """``openprogram-run serve``: the exit status (0 after a clean shutdown, 2 bad config)."""
     holder = ProgramHolder(path, ignore=[records] if records else ())
@@ -445,6 +700,7 @@ async def serve_path(
                 watch=watch,
                 stop=stop,
                 force=force,
+                limits=limits,
             )
     except OSError as exc:  # the port is taken
         sys.stderr.write(f"error: cannot listen on 127.0.0.1:{port}: {exc.strerror}\n")

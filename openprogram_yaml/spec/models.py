@@ -30,6 +30,8 @@ __all__ = [
     "RuntimeRuleSpec",
     "TestCaseSpec",
     "TestFileSpec",
+    "ToolCallExpectSpec",
+    "ToolDoubleSpec",
     "ToolsetSpec",
     "built",
 ]
@@ -153,7 +155,13 @@ class HttpToolSpec(_Spec):
     """An HTTP request made when the tool is called. Strings are templates of the arguments."""
 
     url: str
-    """The URL, e.g. "https://shop.example.com/orders/{{ order_id }}". Only http(s)."""
+    """The URL, e.g. "https://shop.example.com/orders/{{ order_id }}". Only http(s). Scheme,
+    host and port are written out before any `{{ }}` (or listed in `hosts`); each value is
+    percent-encoded as one path segment or query value (`{{ repo | path }}` keeps its `/`)."""
+
+    hosts: list[str] | None = None
+    """Hosts the URL may reach when its host is templated: names or globs with an optional
+    port, e.g. [api.example.com, "*.example.com:8443"] (no port: the scheme's default)."""
 
     method: Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"] = "GET"
     """The HTTP method."""
@@ -199,6 +207,10 @@ class AgentToolSpec(_Spec):
     max_output_bytes: Annotated[int, Field(ge=1)] | None = None
     """Output beyond this many bytes is cut (http: 1 MB, command: 64 KB by default)."""
 
+    ok_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = None
+    """Exit codes of a `command` tool that are a normal result (default [0]); e.g. [0, 1]
+    for grep, which exits 1 when nothing matches."""
+
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
         kinds = [k for k in ("python", "http", "command", "method") if getattr(self, k) is not None]
@@ -212,6 +224,8 @@ class AgentToolSpec(_Spec):
             raise ValueError("'command' needs at least the program name")
         if self.cwd is not None and self.command is None:
             raise ValueError("'cwd' applies to 'command' tools only")
+        if self.ok_exit_codes is not None and self.command is None:
+            raise ValueError("'ok_exit_codes' applies to 'command' tools only")
         return self
 
 
@@ -278,6 +292,16 @@ class RuntimeRuleSpec(_Spec):
     """Options for the runtime, e.g. base_url, api_key_env, headers, timeout_s."""
 
 
+class ToolCallExpectSpec(_Spec):
+    """A tool call the run must have made."""
+
+    name: str
+    """The tool."""
+
+    arguments: dict[str, Any] | None = None
+    """Arguments the call had, e.g. {id: "1042"}; arguments not named here may be anything."""
+
+
 class ExpectSpec(_Spec):
     """What a test expects of a run. Every expectation given must hold."""
 
@@ -312,14 +336,43 @@ class ExpectSpec(_Spec):
     methods: list[str] | None = None
     """The methods the run passed through, in order, e.g. [assess, investigate, answer]."""
 
-    tools_called: list[str] | None = None
-    """Tools that must have been called (each at least once)."""
+    tools_called: list[str | ToolCallExpectSpec] | None = None
+    """Tools that must have been called (each at least once): a name, or
+    {name: lookup_order, arguments: {id: "1042"}} for a call with these arguments (others may
+    differ). Calls answered by a double or not run offline count too."""
 
     tools_not_called: list[str] | None = None
     """Tools that must not have been called."""
 
     error: str | None = None
     """The run fails, and its error message contains this text."""
+
+
+class ToolDoubleSpec(_Spec):
+    """What a doubled tool answers: `returns` a value or `raises` an error, for calls whose
+    arguments match `when` (or for any call). A doubled tool never runs for real."""
+
+    when: dict[str, Any] | None = None
+    """Arguments the call must have, e.g. {id: "1042"} (others may be anything). Left out: any
+    call. The first double whose `when` matches answers."""
+
+    returns: Any = None
+    """What the tool returns; the model sees it as the tool's result (JSON for non-text)."""
+
+    raises: str | None = None
+    """The tool fails with this message instead of returning."""
+
+    @model_validator(mode="after")
+    def _one_outcome(self) -> Self:
+        given = {"returns", "raises"} & self.model_fields_set
+        if len(given) != 1:
+            what = "not both" if given else "one of them"
+            raise ValueError(f"a tool double gives either 'returns' or 'raises' ({what})")
+        return self
+
+
+#: Tool name -> its doubles, in the order they are tried.
+ToolDoubles = dict[MethodName, list[ToolDoubleSpec]]
 
 
 class TestCaseSpec(_Spec):
@@ -342,6 +395,15 @@ class TestCaseSpec(_Spec):
     expect: ExpectSpec = Field(default_factory=ExpectSpec.model_construct)
     """What the run must show."""
 
+    tools: ToolDoubles = Field(default_factory=dict)
+    """Tool doubles: what a tool returns or raises in this test, e.g.
+    {lookup_order: [{when: {id: "1042"}, returns: {status: shipped}}, {raises: unavailable}]}.
+    A tool named here replaces the test file's doubles of that tool."""
+
+    live_tools: bool | None = None
+    """Run http and command tools for real under the offline `test` model (default: the test
+    file's `live_tools`, else false: such calls are answered "not run")."""
+
 
 class TestFileSpec(_Spec):
     """A file of tests for one agent of the repository."""
@@ -353,6 +415,13 @@ class TestFileSpec(_Spec):
 
     agent: str
     """The agent these tests run."""
+
+    tools: ToolDoubles = Field(default_factory=dict)
+    """Tool doubles every test of this file gets (a test's own `tools` win, tool by tool):
+    {lookup_order: [{when: {id: "1042"}, returns: {status: shipped}}]}."""
+
+    live_tools: bool = False
+    """Run http and command tools for real under the offline `test` model in these tests."""
 
     tests: list[TestCaseSpec]
     """The test cases."""
@@ -531,3 +600,7 @@ class ProjectSpec(_Spec):
 
     recordings: str | None = None
     """A folder of recorded model replies; `openprogram-run test` replays them offline."""
+
+    python_packages: list[str] = Field(default_factory=list)
+    """Installed packages `python` tools may name (e.g. [mypkg]), besides the project's own
+    modules. Any other module outside the project is refused."""

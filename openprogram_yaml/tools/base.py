@@ -39,6 +39,11 @@ class TextTemplate(Protocol):
     @property
     def source(self) -> str: ...
 
+    @property
+    def variables(self) -> frozenset[str]:
+        """The names it reads from the render variables."""
+        ...
+
     def render(self, variables: Mapping[str, Any], /) -> str: ...
 
 

@@ -4,14 +4,16 @@ Each argv element is a template rendered with the tool's arguments and stays exa
 argument, whatever it contains: quotes, spaces and ``;`` mean nothing here. One more guard:
 an element whose text starts with ``-`` only because of an argument's value (the template
 itself does not start with ``-``) is refused, since the program would read it as an option
-(``rg --pre=…`` runs a command). Numbers like ``-5`` pass, and so does anything after a
-literal ``--`` element, which is how to pass such values on purpose.
+(``rg --pre=…`` runs a command, ``head -1`` changes what ``head`` does). It passes when it
+stands after a literal ``--`` element (which is how to pass such values on purpose), or when
+every parameter the element reads is declared a number (``-5`` is then a number).
 
 The program (the first element) is found with ``shutil.which``, or relative to the working
 directory when it contains a ``/``; the working directory must lie inside the project.
 The run is bounded by ``timeout_s`` (the whole process group is killed) and its output by
-``max_output`` bytes. A zero exit returns stdout; any other is a ``ToolError`` with the exit
-code and the end of stderr.
+``max_output`` bytes. A zero exit (or one of ``ok_exit_codes``: grep exits 1 when nothing
+matches) returns stdout; any other is a ``ToolError`` with the exit code and the end of
+stderr.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import shutil
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_OUTPUT = 64 * 1024
 #: Characters of stderr (its end) shown when a command fails.
 ERROR_EXCERPT_CHARS = 2000
-_NUMBER = re.compile(r"^-\d+(\.\d+)?([eE][-+]?\d+)?$")
+_NUMERIC_TYPES = frozenset({"integer", "number"})
 _READ_SIZE = 65536
 
 
@@ -76,6 +77,20 @@ class _Capture:
         return f"{text}\n[truncated: {self.dropped} more bytes of output not shown]"
 
 
+def _numeric_parameters(parameters: Mapping[str, Any]) -> frozenset[str]:
+    """Parameters whose declared type admits numbers only (``null`` aside)."""
+    properties = parameters.get("properties")
+    if not isinstance(properties, Mapping):
+        return frozenset()
+    numeric = set()
+    for name, schema in properties.items():
+        declared = schema.get("type") if isinstance(schema, Mapping) else None
+        types = {declared} if isinstance(declared, str) else set(declared or ())
+        if types - {"null"} and types - {"null"} <= _NUMERIC_TYPES:
+            numeric.add(name)
+    return frozenset(numeric)
+
+
 def _inside(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
 
@@ -96,6 +111,7 @@ class CommandTool(ConfiguredTool):
         cwd: Path | None = None,
         timeout_s: float | None = None,
         max_output: int | None = None,
+        ok_exit_codes: Collection[int] = (0,),
     ) -> None:
         super().__init__(name, description, parameters)
         timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
@@ -123,6 +139,11 @@ class CommandTool(ConfiguredTool):
                 field="cwd",
             )
         self.argv = list(argv)
+        self.ok_exit_codes = frozenset(ok_exit_codes)
+        # Elements whose value may start with "-": they read only parameters declared as
+        # numbers (or nothing at all), so a leading "-" can only be a minus sign.
+        numeric = _numeric_parameters(self.spec.parameters)
+        self._may_be_negative = [template.variables <= numeric for template in self.argv]
         self.timeout_s = timeout_s
         self.max_output = max_output
         # A fixed program is found now, so a typo is a config error, not a run-time surprise.
@@ -164,7 +185,7 @@ class CommandTool(ConfiguredTool):
                 and not after_separator
                 and value.startswith("-")
                 and not literal_dash
-                and not _NUMBER.match(value)
+                and not self._may_be_negative[index]
             ):
                 raise ToolError(
                     f"refused: command element {index} would be {value[:40]!r}, which starts with "
@@ -210,6 +231,8 @@ class CommandTool(ConfiguredTool):
         code = process.returncode
         if code == 0:
             return stdout.text() or "(no output)"
+        if code in self.ok_exit_codes:
+            return stdout.text() or f"(no output, exit code {code})"
         if code is not None and code < 0:
             try:
                 status = f"was killed by {signal.Signals(-code).name}"

@@ -3,8 +3,13 @@
 The URL, query values, header values and body are templates rendered with the arguments.
 The body is a template string (sent as is) or a JSON value whose string leaves are
 templates; a leaf that is exactly ``{{ name }}`` keeps the argument's JSON type, so a number
-stays a number. Values put into a URL path are not escaped for you: write
-``{{ id | urlencode }}`` where an argument could hold ``/``, ``?`` or ``#``.
+stays a number.
+
+The URL's scheme, host and port are the template's own (written out before any expression),
+or one of the tool's ``hosts``: a value cannot send the request elsewhere. Every value in
+the URL is percent-encoded, ``/`` included, so it stays one path segment or one query value;
+``{{ repo | path }}`` keeps a value's ``/`` as segment separators. A value that would be a
+``.`` or ``..`` segment is refused (see ``openprogram_yaml.safe_urls``).
 
 What the model gets back: the parsed body when the response is JSON, else its text. A body
 over ``max_bytes`` is not read further; the model sees the first part and a marker.
@@ -22,18 +27,19 @@ import asyncio
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from urllib.parse import urlsplit, urlunsplit
 
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.providers._transport import ClientPool
 from openprogram_yaml.redaction import redact
+from openprogram_yaml.safe_urls import UnsafeURL, build_url, check_template, parse_hosts
 from openprogram_yaml.tools.base import ConfiguredTool, TextTemplate, ToolBuildError, cap_text
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["BodyTemplate", "HttpClients", "HttpTool"]
+__all__ = ["BodyTemplate", "HttpClients", "HttpTool", "UrlTemplate"]
 
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_BYTES = 1_000_000
@@ -56,6 +62,15 @@ BodyTemplate: TypeAlias = (
     | bool
     | None
 )
+
+
+class UrlTemplate(Protocol):
+    """A URL template whose ``render_url`` fences each value (``compile.url_templates``)."""
+
+    @property
+    def source(self) -> str: ...
+
+    def render_url(self, variables: Mapping[str, Any], /) -> str: ...
 
 
 def HttpClients() -> ClientPool[httpx.AsyncClient]:
@@ -136,8 +151,9 @@ class HttpTool(ConfiguredTool):
         description: str,
         parameters: Mapping[str, Any] | None,
         method: str,
-        url: TextTemplate,
+        url: UrlTemplate,
         *,
+        hosts: Sequence[str] = (),
         headers: Mapping[str, TextTemplate] | None = None,
         query: Mapping[str, TextTemplate] | None = None,
         body: BodyTemplate = None,
@@ -159,6 +175,12 @@ class HttpTool(ConfiguredTool):
             raise ToolBuildError(f"tool {name!r}: timeout_s must be > 0", field="timeout_s")
         if max_bytes <= 0:
             raise ToolBuildError(f"tool {name!r}: max_bytes must be > 0", field="max_bytes")
+        self._hosts, bad_hosts = parse_hosts(hosts)
+        if bad_hosts:
+            raise ToolBuildError(f"tool {name!r}: {bad_hosts[0][1]}", field="hosts")
+        self._origin, problem = check_template(url.source, hosts=self._hosts)
+        if problem is not None:
+            raise ToolBuildError(f"tool {name!r}: {problem[1]}", field="url")
         self.url = url
         self.headers = dict(headers or {})
         self.query = dict(query or {})
@@ -172,11 +194,13 @@ class HttpTool(ConfiguredTool):
         """The request's parts; a template failure names the part, never a header value."""
         part = "url"
         try:
-            url = self.url.render(variables)
+            url = build_url(self.url.render_url(variables), origin=self._origin, hosts=self._hosts)
             part = "query"
             params = {key: t.render(variables) for key, t in self.query.items()}
             part = "body"
             body = None if self.body is None else _render_body(self.body, variables)
+        except UnsafeURL as exc:
+            raise ToolError(f"{exc} (check the arguments that go into the URL)") from None
         except Exception as exc:  # template failures are the tool's failure, told to the model
             raise ToolError(
                 f"could not build the request {part}: {redact(str(exc), secrets)}"
@@ -202,21 +226,11 @@ class HttpTool(ConfiguredTool):
                 ) from None
         return out
 
-    def _check_url(self, url: str) -> None:
-        parts = urlsplit(url.strip())
-        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-            shown = f"{parts.scheme}:" if parts.scheme else repr(_public_url(url)[:100])
-            raise ToolError(
-                f"refused: the request URL must be an http:// or https:// address, not {shown}"
-                " (check the arguments that go into the URL)"
-            )
-
     async def _run(self, arguments: dict[str, Any]) -> Any:
         variables = self.template_variables(arguments)
         headers = self._rendered_headers(variables)
         secrets = _secrets(headers)
         request = self._render(variables, secrets)
-        self._check_url(request["url"])
         where = f"{self.method} {_public_url(request['url'])}"
         try:
             async with asyncio.timeout(self.timeout_s):

@@ -1,10 +1,13 @@
 """``python: module:function`` tools: a function of the project, called with the arguments.
 
 The reference is resolved with importlib, with the project root first on ``sys.path`` for
-the import only. Targets in the standard library, in this package's own dependencies (YAML,
-Jinja2, pydantic, jsonschema, httpx) or in openprogram_yaml itself are refused, and so are
-builtins re-exported from a project module: a tool runs the project's code, not a general
-escape hatch into the interpreter.
+the import only. Only an allow-list is accepted: modules of the project itself (a module or
+package standing in the project root folder) and the installed packages the project file
+names in ``python_packages``. Anything else (the standard library, third-party packages,
+openprogram_yaml) is refused before it is imported, and so is a function a project module
+merely re-exports from elsewhere (``from os import system``): the module that defines the
+function is what counts. A deny-list was tried first and bypassed through a third-party
+function that spawns processes; an allow-list has no such gap.
 
 When the YAML gives no ``parameters``, they are derived from the signature and type hints;
 the docstring's first line becomes the description when none is given. A module inside the
@@ -18,13 +21,15 @@ import contextlib
 import dataclasses
 import enum
 import importlib
+import importlib.machinery
+import importlib.util
 import inspect
 import json
 import sys
 import threading
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,25 +38,6 @@ from openprogram_yaml.errors import ToolError
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
 
 __all__ = ["PythonTarget", "PythonTool", "load_python_tool", "schema_from_signature"]
-
-#: Top-level packages never accepted as targets, besides the standard library.
-REFUSED_PACKAGES = frozenset(
-    {
-        "yaml",
-        "_yaml",
-        "pyyaml",
-        "ruamel",
-        "jinja2",
-        "markupsafe",
-        "pydantic",
-        "pydantic_core",
-        "jsonschema",
-        "referencing",
-        "httpx",
-        "httpcore",
-        "openprogram_yaml",
-    }
-)
 
 _import_lock = threading.Lock()
 #: (mtime_ns, size) of project modules when they were imported, to notice edits.
@@ -67,12 +53,51 @@ class PythonTarget:
     file: Path | None
 
 
-def _refused(top: str) -> str | None:
-    if top in sys.stdlib_module_names or top == "__main__":
-        return "is in the Python standard library"
-    if top in REFUSED_PACKAGES:
-        return "belongs to a library openprogram_yaml itself uses"
-    return None
+def _named(module_name: str, packages: Collection[str]) -> bool:
+    return any(module_name == p or module_name.startswith(p + ".") for p in packages)
+
+
+def _findable_in_project(module_name: str, root: Path) -> bool:
+    """Whether the top of ``module_name`` is a module or package in the project root folder
+    (looked for there alone, without importing anything)."""
+    top = module_name.split(".")[0]
+    if top == "__main__":
+        return False
+    return importlib.machinery.PathFinder.find_spec(top, [str(root)]) is not None
+
+
+def _project_module(module_name: str, root: Path) -> bool:
+    """Whether the imported ``module_name`` was loaded from the project root: its file is
+    where its name puts it under the root (so a package of a virtualenv kept inside the
+    project, ``.venv/lib/…/site-packages/x``, is not the project's code)."""
+    module = sys.modules.get(module_name)
+    file = _module_file(module) if module is not None else None
+    if file is None or not file.is_relative_to(root):
+        return False
+    parts = list(file.relative_to(root).parts)
+    parts[-1] = parts[-1].split(".")[0]  # mod.py, mod.cpython-311-….so
+    if parts[-1] == "__init__":
+        parts.pop()
+    return parts == module_name.split(".")
+
+
+def _not_found(ref: str, missing: str, root: Path) -> ToolBuildError:
+    return ToolBuildError(
+        f"python tool {ref!r}: no module named {missing!r} (looked in the project root "
+        f"{str(root)!r} and the installed packages)",
+        field="python",
+    )
+
+
+def _refusal(ref: str, module_name: str, *, defined_in: bool = False) -> ToolBuildError:
+    top = module_name.split(".")[0]
+    what = f"it is defined in {module_name!r}" if defined_in else f"module {module_name!r}"
+    return ToolBuildError(
+        f"python tool {ref!r} is refused: {what}, which is not part of the project; tools "
+        f"run the project's own modules, and installed packages only when openprogram.yaml "
+        f"names them: add `python_packages: [{top}]` there to allow it",
+        field="python",
+    )
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -150,8 +175,11 @@ def _forget_other_projects(module_name: str, root: Path) -> None:
             _stamps.pop(name, None)
 
 
-def load_python_tool(ref: str, *, project_root: Path) -> PythonTarget:
-    """Resolve ``"module:attr"`` (``attr`` may be dotted) to a callable of the project."""
+def load_python_tool(
+    ref: str, *, project_root: Path, packages: Collection[str] = ()
+) -> PythonTarget:
+    """Resolve ``"module:attr"`` (``attr`` may be dotted) to a callable of the project, or
+    of one of the installed ``packages`` the project allows."""
     module_name, sep, attr = ref.partition(":")
     module_name, attr = module_name.strip(), attr.strip()
     if not sep or not module_name or not attr:
@@ -159,24 +187,18 @@ def load_python_tool(ref: str, *, project_root: Path) -> PythonTarget:
             f"python tool reference {ref!r} must look like 'package.module:function'",
             field="python",
         )
-    top = module_name.split(".")[0]
-    why = _refused(top)
-    if why is not None:
-        raise ToolBuildError(
-            f"python tool {ref!r} is refused: module {top!r} {why}; point the tool at a "
-            "function in your project's own code (wrap the library call there if needed)",
-            field="python",
-        )
     root = Path(project_root).resolve()
+    named = _named(module_name, packages)
+    # Checked before importing too: importing a module runs its code.
+    if not named and not _findable_in_project(module_name, root):
+        top = module_name.split(".")[0]
+        if importlib.util.find_spec(top) is None:  # a top-level lookup imports nothing
+            raise _not_found(ref, top, root)
+        raise _refusal(ref, module_name)
     try:
         module = _import(module_name, root)
     except ModuleNotFoundError as exc:
-        missing = exc.name or module_name
-        raise ToolBuildError(
-            f"python tool {ref!r}: no module named {missing!r} (looked in the project root "
-            f"{str(root)!r} and the installed packages)",
-            field="python",
-        ) from exc
+        raise _not_found(ref, exc.name or module_name, root) from exc
     except SyntaxError as exc:
         raise ToolBuildError(
             f"python tool {ref!r}: {exc.filename}:{exc.lineno}: syntax error: {exc.msg}",
@@ -188,6 +210,8 @@ def load_python_tool(ref: str, *, project_root: Path) -> PythonTarget:
             field="python",
         ) from exc
 
+    if not named and not _project_module(module_name, root):
+        raise _refusal(ref, module_name)
     target: Any = module
     for part in attr.split("."):
         try:
@@ -197,11 +221,11 @@ def load_python_tool(ref: str, *, project_root: Path) -> PythonTarget:
                 f"python tool {ref!r}: {module_name!r} has no attribute {attr!r}",
                 field="python",
             ) from None
-    _check_target(ref, target)
+    _check_target(ref, target, root, packages)
     return PythonTarget(ref, target, _module_file(module))
 
 
-def _check_target(ref: str, target: Any) -> None:
+def _check_target(ref: str, target: Any, root: Path, packages: Collection[str]) -> None:
     if inspect.isbuiltin(target) or isinstance(target, types.BuiltinMethodType):
         raise ToolBuildError(
             f"python tool {ref!r} is refused: it is a builtin; write a function in your project",
@@ -212,14 +236,15 @@ def _check_target(ref: str, target: Any) -> None:
         raise ToolBuildError(f"python tool {ref!r} is {kind}, not a function", field="python")
     # A project module may re-export a library function (``from os import system``): the
     # place the function was defined is what counts.
-    defined_in = getattr(inspect.unwrap(target), "__module__", None) or ""
-    why = _refused(defined_in.split(".")[0]) if defined_in else None
-    if why is not None:
+    defined_in = getattr(inspect.unwrap(target), "__module__", None)
+    if not isinstance(defined_in, str):
         raise ToolBuildError(
-            f"python tool {ref!r} is refused: it is defined in {defined_in!r}, which {why}; "
-            "point the tool at a function in your project's own code",
+            f"python tool {ref!r} is refused: where it is defined cannot be told; point the "
+            "tool at a function defined in your project's own code",
             field="python",
         )
+    if not (_named(defined_in, packages) or _project_module(defined_in, root)):
+        raise _refusal(ref, defined_in, defined_in=True)
 
 
 # --- parameters from a signature ---------------------------------------------------------
@@ -384,9 +409,10 @@ class PythonTool(ConfiguredTool):
         parameters: Mapping[str, Any] | None,
         ref: str,
         project_root: Path,
+        packages: Collection[str] = (),
     ) -> None:
-        self.target = load_python_tool(ref, project_root=project_root)
-        self._given = (name, description, parameters, ref, Path(project_root))
+        self.target = load_python_tool(ref, project_root=project_root, packages=packages)
+        self._given = (name, description, parameters, ref, Path(project_root), tuple(packages))
         function = self.target.function
         if parameters is None:
             derived_description, parameters = schema_from_signature(function, name)

@@ -111,10 +111,11 @@ def test_bad_toolsets_are_positioned_errors(write, change, expected) -> None:
 @pytest.mark.parametrize(
     ("tool", "line", "col", "expected"),
     [
-        ("http: {url: 'file:///etc/passwd'}", 6, 17, "'file://' URLs are refused"),
-        ("http: {url: 'ftp://host/{{ id }}'}", 6, 17, "'ftp://' URLs are refused"),
+        ("http: {url: 'file:///etc/passwd'}", 6, 18, "'file://' URLs are refused"),
+        ("http: {url: 'ftp://host/{{ id }}'}", 6, 18, "'ftp://' URLs are refused"),
+        ("http: {url: 'https://h{{ id }}'}", 6, 27, "scheme, host and port must be written"),
         ("command: [no-such-program-xyz, '{{ id }}']", 6, 14, "was not found on PATH"),
-        ("python: os:system", 6, 13, "standard library"),
+        ("python: os:system", 6, 13, "'os', which is not part of the project"),
     ],
 )
 def test_tool_mistakes_known_at_check_time(write, tool, line, col, expected) -> None:

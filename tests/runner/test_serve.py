@@ -110,8 +110,10 @@ def test_statuses_name_what_went_wrong(tmp_path: Path) -> None:
             assert (await c.post("/run/echo/nope", json={})).status_code == 404
             assert (await c.post("/run/other/say", json={})).status_code == 404
             assert (await c.get("/run/echo/say")).status_code == 405
-            assert (await c.post("/run/echo/say", content=b"[1]")).status_code == 400
-            assert (await c.post("/run/echo/say", content=b"{not json")).status_code == 400
+            json_type = {"Content-Type": "application/json"}
+            for body in (b"[1]", b"{not json"):
+                r = await c.post("/run/echo/say", content=body, headers=json_type)
+                assert r.status_code == 400
             bad = await c.post("/run/echo/say", json={"x": 3})
             assert bad.status_code == 400
             assert bad.json()["status"] == "failed"

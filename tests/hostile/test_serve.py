@@ -1,0 +1,677 @@
+"""``serve`` refuses what a browser page or a stranger sends, and a reload that crashes is
+reported, never silent.
+
+Every test speaks HTTP over a socket on 127.0.0.1 (raw bytes, so nothing but the wire is
+assumed about the server). Timeouts are driven by the test: the server takes its deadline
+factory as a parameter (``asyncio.timeout`` in use), and ``Deadlines`` below lets the test
+decide when a deadline passes, so no test waits for a real clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openprogram_yaml.runner.records import RecordLog, RunService
+from openprogram_yaml.runner.reload import ProgramHolder, ReloadEvent
+from openprogram_yaml.runner.serve import HttpServer, ServeLimits
+
+#: Generous: a child process starts Python and compiles; a watchfiles event takes ~10 ms.
+EVENT_TIMEOUT_S = 30.0
+
+AGENT = """\
+version: 1
+name: echo
+model: test
+methods:
+  say:
+    inputs: {x: {}}
+    prompt: "p {{ x }}"
+"""
+
+#: The same agent with a python tool whose module ends the process when imported: the
+#: compile raises something that is not a ``ConfigError`` (not even an ``Exception``).
+AGENT_WITH_EXITING_TOOL = AGENT.replace(
+    "methods:", "tools:\n  boom:\n    python: exits_on_import:run\nmethods:"
+)
+EXITING_MODULE = "raise SystemExit(3)\n\n\ndef run() -> str:\n    return 'never'\n"
+
+#: A template nesting 10,000 parentheses: Jinja's parser raises ``RecursionError``.
+DEEP_TEMPLATE = AGENT.replace('"p {{ x }}"', '"{{ ' + "(" * 10_000 + "x" + ")" * 10_000 + ' }}"')
+
+
+def write_agent(root: Path, text: str = AGENT) -> Path:
+    (root / "exits_on_import.py").write_text(EXITING_MODULE, encoding="utf-8")
+    path = root / "echo.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def save(path: Path, text: str) -> None:
+    """Save as editors do: write a new file, then rename it over the old one."""
+    tmp = path.with_name(path.name + ".tmp~")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+class Deadlines:
+    """Stands in for ``asyncio.timeout``: a deadline passes when the test says so."""
+
+    def __init__(self) -> None:
+        self.active: list[tuple[float, asyncio.Timeout]] = []
+        self.started: list[tuple[float, asyncio.Timeout]] = []
+        self.changed = asyncio.Event()
+
+    def __call__(self, seconds: float) -> AbstractAsyncContextManager[None]:
+        return self._deadline(seconds)
+
+    @asynccontextmanager
+    async def _deadline(self, seconds: float) -> AsyncIterator[None]:
+        async with asyncio.timeout(None) as timeout:
+            entry = (seconds, timeout)
+            self.active.append(entry)
+            self.started.append(entry)
+            self.changed.set()
+            try:
+                yield
+            finally:
+                self.active.remove(entry)
+
+    async def armed(self, seconds: float, count: int = 1) -> list[asyncio.Timeout]:
+        """Wait until ``count`` deadlines of ``seconds`` are running."""
+        while True:
+            found = [t for s, t in self.active if s == seconds]
+            if len(found) >= count:
+                return found
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), EVENT_TIMEOUT_S)
+
+    async def expire(self, seconds: float, nth: int) -> None:
+        """Let the ``nth`` deadline of ``seconds`` (counted from 1) pass, once it runs."""
+        while True:
+            started = [e for e in self.started if e[0] == seconds]
+            if len(started) >= nth and started[nth - 1] in self.active:
+                started[nth - 1][1].reschedule(asyncio.get_running_loop().time())
+                return
+            assert len(started) <= nth, f"deadline {nth} of {seconds} s has already ended"
+            self.changed.clear()
+            await asyncio.wait_for(self.changed.wait(), EVENT_TIMEOUT_S)
+
+
+@asynccontextmanager
+async def served(
+    agent: Path, records: Path | None = None, **options: Any
+) -> AsyncIterator[tuple[HttpServer, int]]:
+    holder = ProgramHolder(agent, ignore=[records] if records else ())
+    holder.load()
+    log = RecordLog(records) if records else None
+    server = HttpServer(holder, RunService(holder.snapshot, log), **options)
+    port = await server.start(0)
+    try:
+        yield server, port
+    finally:
+        await server.close(grace_s=0)
+        if log is not None:
+            log.close()
+
+
+async def exchange(port: int, raw: bytes) -> tuple[int, dict[str, Any]]:
+    """Send ``raw``, read until the server closes; the status and the JSON body."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S)
+    finally:
+        writer.close()
+    return parse_response(data)
+
+
+def parse_response(data: bytes) -> tuple[int, dict[str, Any]]:
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 "), data[:200]
+    status = int(head.split(b" ")[1])
+    payload: dict[str, Any] = json.loads(body) if body else {}
+    return status, payload
+
+
+def request(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes = b"",
+    headers: Mapping[str, str] | None = None,
+    host: str | None = None,
+) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", f"Host: {host or f'127.0.0.1:{port}'}"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    lines += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+    return "\r\n".join(lines).encode("latin-1") + body
+
+
+JSON = {"Content-Type": "application/json"}
+
+
+def run_request(port: int, body: bytes = b'{"x": "hi"}', **kwargs: Any) -> bytes:
+    headers = {**JSON, **kwargs.pop("headers", {})}
+    return request(port, "POST", "/run/echo/say", body, headers=headers, **kwargs)
+
+
+# --- cross-site requests and DNS rebinding ---------------------------------------------
+
+
+def test_a_cross_site_text_plain_post_runs_nothing(tmp_path: Path) -> None:
+    """The reported attack: a page's form-like POST with its own Origin and Host."""
+    agent = write_agent(tmp_path)
+    records = tmp_path / "runs.jsonl"
+
+    async def scenario() -> None:
+        async with served(agent, records) as (_, port):
+            status, body = await exchange(
+                port,
+                run_request(
+                    port,
+                    headers={"Content-Type": "text/plain", "Origin": "http://evil.example"},
+                    host=f"evil.example:{port}",
+                ),
+            )
+            assert status == 403
+            assert "evil.example" in body["error"]
+
+    asyncio.run(scenario())
+    assert not records.exists() or records.read_text() == ""
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["evil.example:{port}", "evil.example", "localhost:1", "127.0.0.1", "127.0.0.2:{port}"],
+)
+def test_a_host_that_is_not_this_server_is_refused(tmp_path: Path, host: str) -> None:
+    """DNS rebinding: a page on attacker.example whose name now points at 127.0.0.1."""
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            for raw in (
+                run_request(port, host=host.format(port=port)),
+                request(port, "GET", "/agents", host=host.format(port=port)),
+            ):
+                status, body = await exchange(port, raw)
+                assert status == 403, body
+                assert "Host" in body["error"] and "--allow-host" in body["error"]
+
+    asyncio.run(scenario())
+
+
+def test_loopback_names_of_this_server_are_served(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+                status, body = await exchange(port, run_request(port, host=host))
+                assert (status, body["output"]) == (200, "test reply to: p hi")
+
+    asyncio.run(scenario())
+
+
+def test_a_request_without_host_is_refused(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            raw = b"GET /health HTTP/1.1\r\nConnection: close\r\n\r\n"
+            status, body = await exchange(port, raw)
+            assert status == 400
+            assert "Host" in body["error"]
+
+    asyncio.run(scenario())
+
+
+def test_allow_host_admits_a_configured_name(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent, limits=ServeLimits(allowed_hosts=("dev.test",))) as (_, port):
+            for host, origin in [
+                ("dev.test", "https://dev.test"),
+                ("dev.test:8443", "http://dev.test:8443"),
+            ]:
+                status, _ = await exchange(
+                    port, run_request(port, host=host, headers={"Origin": origin})
+                )
+                assert status == 200
+            status, _ = await exchange(port, run_request(port, host="other.test"))
+            assert status == 403
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "origin",
+    ["http://evil.example", "null", "http://localhost:1", "https://127.0.0.1:{port}"],
+)
+def test_a_foreign_origin_is_refused(tmp_path: Path, origin: str) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            foreign = {"Origin": origin.format(port=port)}
+            for raw in (
+                run_request(port, headers=foreign),
+                request(port, "GET", "/agents", headers=foreign),
+            ):
+                status, body = await exchange(port, raw)
+                assert status == 403, body
+                assert "Origin" in body["error"]
+
+    asyncio.run(scenario())
+
+
+def test_this_servers_own_origin_is_served(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            for origin in (f"http://127.0.0.1:{port}", f"http://localhost:{port}"):
+                status, _ = await exchange(port, run_request(port, headers={"Origin": origin}))
+                assert status == 200
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; b=x"],
+)
+def test_a_body_that_is_not_declared_json_is_refused(
+    tmp_path: Path, content_type: str | None
+) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            headers = {} if content_type is None else {"Content-Type": content_type}
+            raw = request(port, "POST", "/run/echo/say", b'{"x": "hi"}', headers=headers)
+            status, body = await exchange(port, raw)
+            assert status == 415, body
+            assert "application/json" in body["error"]
+
+    asyncio.run(scenario())
+
+
+def test_json_with_a_charset_is_served(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            headers = {"Content-Type": "Application/JSON; charset=utf-8"}
+            status, _ = await exchange(port, run_request(port, headers=headers))
+            assert status == 200
+
+    asyncio.run(scenario())
+
+
+# --- ?model= ------------------------------------------------------------------------------
+
+
+def test_model_override_is_refused_by_default(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+    outside = tmp_path.parent / "elsewhere"
+    records = tmp_path / "runs.jsonl"
+
+    async def scenario() -> None:
+        async with served(agent, records) as (_, port):
+            status, body = await exchange(
+                port,
+                run_request(port).replace(
+                    b"/run/echo/say", f"/run/echo/say?model=replay:{outside}".encode()
+                ),
+            )
+            assert status == 403, body
+            assert "--allow-model-override" in body["error"]
+            assert str(outside) not in json.dumps(body)
+            # A model the project itself names may still be asked for.
+            status, body = await exchange(
+                port, run_request(port).replace(b"/run/echo/say", b"/run/echo/say?model=test")
+            )
+            assert (status, body["model"]) == (200, "test")
+
+    asyncio.run(scenario())
+    [line] = records.read_text().splitlines()
+    assert json.loads(line)["model"] == "test"
+
+
+def test_allow_model_override_lets_a_client_pick_any_model(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent, limits=ServeLimits(allow_model_override=True)) as (_, port):
+            path = b"/run/echo/say?model=replay:recordings"
+            status, body = await exchange(port, run_request(port).replace(b"/run/echo/say", path))
+            assert status != 403
+            assert body["model"] == "replay:recordings"
+
+    asyncio.run(scenario())
+
+
+# --- bodies that break a parser ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("depth", [101, 990, 100_000])
+def test_deeply_nested_json_gets_400(tmp_path: Path, depth: int) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            body = b'{"x": ' + b"[" * depth + b"]" * depth + b"}"
+            status, reply = await exchange(port, run_request(port, body))
+            assert status == 400, reply
+            assert "nest" in reply["error"]
+            # The server still answers.
+            status, _ = await exchange(port, run_request(port))
+            assert status == 200
+
+    asyncio.run(scenario())
+
+
+def test_json_nested_to_the_bound_is_served(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            body = b'{"x": ' + b"[" * 99 + b"]" * 99 + b"}"
+            status, _ = await exchange(port, run_request(port, body))
+            assert status == 200
+
+    asyncio.run(scenario())
+
+
+# --- slow and idle clients; too many connections -----------------------------------------
+
+
+def test_headers_that_do_not_arrive_in_time_get_408(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        deadlines = Deadlines()
+        limits = ServeLimits(header_timeout_s=7.0, body_timeout_s=9.0)
+        async with served(agent, limits=limits, deadline=deadlines) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(f"POST /run/echo/say HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())
+            await writer.drain()
+            # The first deadline waits for the request to start; the second for its headers.
+            await deadlines.expire(7.0, nth=2)
+            status, body = parse_response(await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S))
+            writer.close()
+            assert status == 408
+            assert "headers" in body["error"]
+
+    asyncio.run(scenario())
+
+
+def test_a_body_that_does_not_arrive_in_time_gets_408(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+    records = tmp_path / "runs.jsonl"
+
+    async def scenario() -> None:
+        deadlines = Deadlines()
+        limits = ServeLimits(header_timeout_s=7.0, body_timeout_s=9.0)
+        async with served(agent, records, limits=limits, deadline=deadlines) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            raw = run_request(port, b'{"x": "hi"}')
+            writer.write(raw[:-4])  # all but the last bytes of the body
+            await writer.drain()
+            await deadlines.expire(9.0, nth=1)
+            status, body = parse_response(await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S))
+            writer.close()
+            assert status == 408
+            assert "body" in body["error"]
+
+    asyncio.run(scenario())
+    assert not records.exists() or records.read_text() == ""
+
+
+def test_an_idle_connection_is_closed(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        deadlines = Deadlines()
+        limits = ServeLimits(header_timeout_s=7.0)
+        async with served(agent, limits=limits, deadline=deadlines) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            # One request on a keep-alive connection, then nothing.
+            writer.write(
+                f"GET /health HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode("latin-1")
+            )
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), EVENT_TIMEOUT_S)
+            length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+            await reader.readexactly(length)
+            # Deadlines 1 and 2 were the first request's; 3 waits for the next one to start.
+            await deadlines.expire(7.0, nth=3)
+            # Closed without a word: nothing of a next request had arrived.
+            assert await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S) == b""
+            writer.close()
+
+    asyncio.run(scenario())
+
+
+def test_connections_past_the_cap_get_503_and_are_closed(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        deadlines = Deadlines()
+        limits = ServeLimits(header_timeout_s=7.0, max_connections=2)
+        async with served(agent, limits=limits, deadline=deadlines) as (_, port):
+            held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+            await deadlines.armed(7.0, count=2)  # both are being served (waiting for headers)
+            status, body = await exchange(port, request(port, "GET", "/health"))
+            assert status == 503
+            assert "connections" in body["error"]
+            # A held connection still works; once one closes, a new one is served again.
+            reader, writer = held[0]
+            writer.write(request(port, "GET", "/health"))
+            assert parse_response(await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S))[0] == 200
+            writer.close()
+            status, _ = await exchange(port, request(port, "GET", "/health"))
+            assert status == 200
+            for _, w in held[1:]:
+                w.close()
+
+    asyncio.run(scenario())
+
+
+# --- a reload that crashes is a failed reload ----------------------------------------------
+
+
+class Events:
+    def __init__(self, holder: ProgramHolder) -> None:
+        self.queue: asyncio.Queue[ReloadEvent] = asyncio.Queue()
+        holder.listeners.append(self.queue.put_nowait)
+
+    async def next(self, status: str) -> ReloadEvent:
+        while True:
+            event = await asyncio.wait_for(self.queue.get(), EVENT_TIMEOUT_S)
+            if event.status == status:
+                return event
+
+
+@pytest.mark.parametrize("broken", [AGENT_WITH_EXITING_TOOL, DEEP_TEMPLATE], ids=["exit", "deep"])
+def test_a_reload_that_crashes_is_reported_and_watching_goes_on(
+    tmp_path: Path, broken: str
+) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        holder = ProgramHolder(agent)
+        holder.load()
+        events = Events(holder)
+        server = HttpServer(holder, RunService(holder.snapshot, None))
+        port = await server.start(0)
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(holder.watch(stop))
+        try:
+            await asyncio.wait_for(holder.watching.wait(), EVENT_TIMEOUT_S)
+            _, health = await exchange(port, request(port, "GET", "/health"))
+            assert health["reload"]["status"] == "ok" and health["reload"]["at"]
+            save(agent, broken)
+            failed = await events.next("failed")
+            assert failed.diagnostics and "echo.yaml" in str(failed.diagnostics[0])
+            _, health = await exchange(port, request(port, "GET", "/health"))
+            assert health["status"] == "reload_failed"
+            assert health["reload"]["status"] == "failed"
+            assert health["reload"]["at"] and health["reload"]["message"]
+            _, version = await exchange(port, request(port, "GET", "/version"))
+            assert version["reload"]["status"] == "failed"
+            assert version["reload"]["diagnostics"]
+            status, body = await exchange(port, run_request(port))
+            assert (status, body["output"]) == (200, "test reply to: p hi")
+            # The watch goes on: the next good edit is served.
+            save(agent, AGENT.replace('"p {{ x }}"', '"fixed {{ x }}"'))
+            await events.next("loaded")
+            _, health = await exchange(port, request(port, "GET", "/health"))
+            assert (health["status"], health["reload"]["status"]) == ("ok", "ok")
+            status, body = await exchange(port, run_request(port))
+            assert (status, body["output"]) == (200, "test reply to: fixed hi")
+        finally:
+            stop.set()
+            await server.close(grace_s=0)
+            await watcher
+
+    asyncio.run(scenario())
+
+
+async def _child(*args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "openprogram_yaml",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+async def _stderr_until(proc: asyncio.subprocess.Process, text: str) -> str:
+    assert proc.stderr is not None
+    seen = ""
+    while text not in seen:
+        line = await asyncio.wait_for(proc.stderr.readline(), EVENT_TIMEOUT_S)
+        assert line, seen
+        seen += line.decode()
+    return seen
+
+
+def test_serve_prints_a_crashed_reload_and_serves_the_next_good_edit(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> str:
+        proc = await _child("serve", str(agent), "--port", "0")
+        try:
+            line = await _stderr_until(proc, "serving")
+            port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))  # type: ignore[union-attr]
+            save(agent, AGENT_WITH_EXITING_TOOL)
+            report = await _stderr_until(proc, "still serving version")
+            assert "SystemExit" in report and "echo.yaml" in report
+            save(agent, AGENT.replace('"p {{ x }}"', '"fixed {{ x }}"'))
+            await _stderr_until(proc, "reloaded")
+            status, body = await exchange(port, run_request(port))
+            assert (status, body["output"]) == (200, "test reply to: fixed hi")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), EVENT_TIMEOUT_S) == 0
+        assert proc.stderr is not None
+        return (await proc.stderr.read()).decode()
+
+    assert "Traceback" not in asyncio.run(scenario())
+
+
+def test_watch_prints_a_crashed_reload_and_runs_the_next_good_edit(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> str:
+        proc = await _child(str(agent), "say", "-i", "x=hi", "--watch")
+        assert proc.stdout is not None
+        try:
+            first = await asyncio.wait_for(proc.stdout.readline(), EVENT_TIMEOUT_S)
+            assert first.decode().strip() == "test reply to: p hi"
+            await _stderr_until(proc, "── echo.say")
+            save(agent, AGENT_WITH_EXITING_TOOL)
+            report = await _stderr_until(proc, "still serving version")
+            assert "SystemExit" in report
+            save(agent, AGENT.replace('"p {{ x }}"', '"fixed {{ x }}"'))
+            second = await asyncio.wait_for(proc.stdout.readline(), EVENT_TIMEOUT_S)
+            assert second.decode().strip() == "test reply to: fixed hi"
+        finally:
+            proc.send_signal(signal.SIGINT)
+            assert await asyncio.wait_for(proc.wait(), EVENT_TIMEOUT_S) == 0
+        assert proc.stderr is not None
+        return (await proc.stderr.read()).decode()
+
+    assert "Traceback" not in asyncio.run(scenario())
+
+
+def test_serve_reports_a_first_compile_that_crashes_as_a_config_error(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, AGENT_WITH_EXITING_TOOL)
+
+    async def scenario() -> tuple[int | None, str]:
+        proc = await _child("serve", str(agent), "--port", "0")
+        code = await asyncio.wait_for(proc.wait(), EVENT_TIMEOUT_S)
+        assert proc.stderr is not None
+        return code, (await proc.stderr.read()).decode()
+
+    code, err = asyncio.run(scenario())
+    assert code == 2, err
+    assert "echo.yaml" in err and "SystemExit" in err and "Traceback" not in err
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def test_serve_flags_admit_a_host_and_model_overrides(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        proc = await _child(
+            "serve", str(agent), "--port", "0", "--allow-host", "dev.test", "--no-watch"
+        )
+        try:
+            line = await _stderr_until(proc, "serving")
+            port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))  # type: ignore[union-attr]
+            status, _ = await exchange(port, run_request(port, host="dev.test"))
+            assert status == 200
+            status, _ = await exchange(port, run_request(port, host="other.test"))
+            assert status == 403
+            path = b"/run/echo/say?model=test:other"
+            status, _ = await exchange(port, run_request(port).replace(b"/run/echo/say", path))
+            assert status == 403
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), EVENT_TIMEOUT_S) == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "flag", ["--max-connections=0", "--header-timeout=-1", "--body-timeout=soon"]
+)
+def test_serve_limits_must_be_positive_numbers(
+    tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from openprogram_yaml.runner.cli import main
+
+    assert main(["serve", str(write_agent(tmp_path)), flag]) == 2
+    err = capsys.readouterr().err
+    assert flag.split("=")[0] in err and "Traceback" not in err
