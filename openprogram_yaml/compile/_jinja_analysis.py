@@ -193,10 +193,12 @@ def _name_uses(tree: nodes.Template) -> dict[int, tuple[int, int]]:
     }
 
 
-_SIMPLE_OUTPUT = re.compile(r"\{\{[-+]?\s*([A-Za-z_][A-Za-z0-9_]*)\s*[-+]?\}\}")
+# Jinja takes "+" after "{{" but not before "}}" ("x +}}" is an unfinished "x + ...").
+_SIMPLE_OUTPUT = re.compile(r"\{\{[-+]?\s*([A-Za-z_][A-Za-z0-9_]*)\s*-?\}\}")
+#: Keywords, and ``self``: the template itself in Jinja, never read from the context.
 _NOT_VARIABLES = frozenset(
     {"and", "or", "not", "in", "is", "if", "else", "true", "false", "none", "True", "False",
-     "None"}
+     "None", "self"}
 )  # fmt: skip
 
 
@@ -208,7 +210,8 @@ def simple_analysis(environment: PromptSandbox, source: str) -> Analysis | None:
     it cheap. Anything unusual (tags, comments, filters, globals, keywords) is None, and
     ``analyze`` decides.
     """
-    if "{%" in source or "{#" in source or "\r" in source:
+    # "{{{ x }}" opens at the first brace: Jinja reads "{ x }" there, a dict.
+    if "{%" in source or "{#" in source or "\r" in source or "{{{" in source:
         return None
     matches = list(_SIMPLE_OUTPUT.finditer(source))
     if len(matches) != source.count("{{"):
@@ -218,7 +221,8 @@ def simple_analysis(environment: PromptSandbox, source: str) -> Analysis | None:
         name = match.group(1)
         if name in _NOT_VARIABLES or name in environment.globals:
             return None
-        reads.append((name, source.count("\n", 0, match.start()) + 1))
+        # The line of the name, as Jinja counts it: "{{" may end the line before it.
+        reads.append((name, source.count("\n", 0, match.start(1)) + 1))
     per_line: dict[tuple[int, str], int] = {}
     for name, line in reads:
         per_line[(line, name)] = per_line.get((line, name), 0) + 1
