@@ -270,7 +270,8 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(argv: Sequence[str]) -> int:
-    from .serve import DEFAULT_GRACE_S, ServeLimits
+    from .request_guard import ServeLimits
+    from .serve import DEFAULT_GRACE_S
 
     p = _Parser(
         prog="openprogram-run serve",

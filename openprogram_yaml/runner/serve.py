@@ -6,13 +6,10 @@ client, concurrent runs), and it stays scriptable
 It listens on 127.0.0.1 only and has no authentication: it is a development server for one
 machine, built on asyncio's streams so it adds no dependency.
 
-Any web page the developer opens can send requests to 127.0.0.1, so the server answers only
-requests meant for it (see ``ServeLimits``): a ``Host`` naming this server (127.0.0.1,
-localhost or [::1] at its port; DNS rebinding sends the attacker's name), no ``Origin`` or
-this server's own, and run bodies declared ``application/json`` (a page cannot send that
-cross-site without a CORS preflight, which is never granted). ``?model=`` may only name a
-model the project uses. Slow or idle clients are cut off and connections are capped, so
-a stranger cannot hold every file descriptor.
+Any web page the developer opens can send requests to 127.0.0.1: the server answers only
+requests meant for it (``request_guard``). ``?model=`` may only name a model the project
+uses. Slow or idle clients are cut off and connections are capped (``ServeLimits``), so a
+stranger cannot hold every file descriptor.
 
     POST /run/{agent}/{method}[?model=M]   body: the inputs as a JSON object → the run record
     GET  /health                           status, the serving version, runs in flight
@@ -31,7 +28,7 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TextIO
@@ -43,11 +40,11 @@ from ..compile.program import Method, Program
 from ..errors import ConfigError, Diagnostic, UsageError
 from .records import RecordLog, RunRecord, RunService, append_trace, redact, run_secrets
 from .reload import ProgramHolder, ReloadEvent
+from .request_guard import MAX_JSON_DEPTH, ServeLimits, media_refusal, nests_deeper, origin_refusal
 
 __all__ = [
     "DEFAULT_GRACE_S",
     "HttpServer",
-    "ServeLimits",
     "describe_reload",
     "serve",
     "serve_path",
@@ -56,10 +53,6 @@ __all__ = [
 
 MAX_BODY = 1 << 20
 MAX_HEADERS = 100
-#: Inputs nested deeper are refused: templates, schema validation and the record all
-#: recurse, and about 1,000 levels crash them. Ruby's JSON parser stops at the same depth.
-MAX_JSON_DEPTH = 100
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
 
 _REASONS = {
     200: "OK",
@@ -82,24 +75,6 @@ class _HttpError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-@fast_dataclass(frozen=True)
-class ServeLimits:
-    """What the server accepts from its clients (``serve``'s flags)."""
-
-    #: Host names served besides the loopback ones (at any port), e.g. behind a proxy.
-    allowed_hosts: tuple[str, ...] = ()
-    #: Let ``?model=`` name any model, not only those the project's agents use.
-    allow_model_override: bool = False
-    #: Connections served at once; more get a 503. Well under the 256 file descriptors
-    #: macOS gives a process by default, leaving room for model calls and files.
-    max_connections: int = 100
-    #: A request must start within this (after connecting, or after the previous reply: an
-    #: idle connection is closed), and its headers must then arrive within this again.
-    header_timeout_s: float = 10.0
-    #: A request's body must arrive within this once its headers have.
-    body_timeout_s: float = 30.0
 
 
 @fast_dataclass
@@ -157,38 +132,6 @@ def _body_length(headers: dict[str, str]) -> int:
     if length < 0 or length > MAX_BODY:
         raise _HttpError(413, f"the body may hold at most {MAX_BODY} bytes")
     return length
-
-
-def _split_host(value: str) -> tuple[str, int | None] | None:
-    """``name[:port]`` (``[v6]:port`` too) as (lower-case name, port); None if malformed."""
-    name, sep, port = value.rpartition(":")
-    if not sep or "]" in port:
-        return value.lower(), None
-    if not (port.isascii() and port.isdigit()):
-        return None
-    return name.lower(), int(port)
-
-
-def _nests_deeper(value: object, limit: int) -> bool:
-    """Whether JSON ``value`` nests arrays and objects more than ``limit`` deep."""
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:  # a loop, not recursion: the point is to survive any depth
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Iterable[object] = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
-
-
-def _shown(value: str) -> str:
-    """A client-sent value quoted in an error, cut short."""
-    return value if len(value) <= 100 else value[:100] + "…"
 
 
 def _status_of(record: RunRecord) -> int:
@@ -371,9 +314,9 @@ class HttpServer:
         await writer.drain()
 
     async def _answer(self, request: _Request) -> tuple[int, dict[str, Any] | str]:
-        refusal = self._refusal(request.headers)
+        refusal = origin_refusal(request.headers, self.port, self._allowed_hosts)
         if refusal is not None:
-            return refusal
+            return refusal[0], {"error": refusal[1]}
         try:
             return await self._dispatch(request)
         except Exception as exc:  # a bug must cost one request a 500, not the connection
@@ -381,45 +324,6 @@ class HttpServer:
                 self.log.write(redact(f"500 internal error: {exc!r}", self._secrets()) + "\n")
                 self.log.flush()
             return 500, {"error": f"internal error ({type(exc).__name__}); see the server's log"}
-
-    # --- who may ask ----------------------------------------------------------------------
-
-    def _refusal(self, headers: dict[str, str]) -> tuple[int, dict[str, Any]] | None:
-        """Why a request must not be served (a page on another site, a rebound name)."""
-        host = headers.get("host")
-        if host is None:
-            return 400, {"error": "a Host header is required"}
-        if not self._is_own_host(host):
-            port = self.port
-            return 403, {
-                "error": f"refused: Host '{_shown(host)}' is not this server, which answers to "
-                f"127.0.0.1:{port}, localhost:{port} and [::1]:{port} "
-                "(serve --allow-host NAME admits another name)"
-            }
-        origin = headers.get("origin")
-        if origin is not None and not self._is_own_origin(origin):
-            return 403, {
-                "error": f"refused: a request from Origin '{_shown(origin)}' (a page of another "
-                "site); only this server's own origin may call it"
-            }
-        return None
-
-    def _is_own_host(self, value: str, *, scheme: str = "http") -> bool:
-        found = _split_host(value)
-        if found is None:
-            return False
-        name, port = found
-        if name in self._allowed_hosts:
-            return True
-        if name not in LOOPBACK_HOSTS or scheme != "http":
-            return False
-        return port == self.port or (port is None and self.port == 80)
-
-    def _is_own_origin(self, origin: str) -> bool:
-        scheme, sep, rest = origin.partition("://")
-        if not sep or "/" in rest or scheme.lower() not in ("http", "https"):
-            return False  # "null" (a sandboxed frame, a file) is nobody's own origin
-        return self._is_own_host(rest, scheme=scheme.lower())
 
     def _secrets(self) -> frozenset[str]:
         program = self.holder.program
@@ -443,13 +347,9 @@ class HttpServer:
         if len(parts) == 3 and parts[0] == "run":
             if request.method != "POST":
                 return 405, {"error": "use POST /run/{agent}/{method} with the inputs as JSON"}
-            media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-            if media != "application/json":
-                got = f"'{_shown(media)}'" if media else "none"
-                return 415, {
-                    "error": "send the inputs as a JSON object with Content-Type: "
-                    f"application/json (got {got})"
-                }
+            unsupported = media_refusal(request.headers.get("content-type"))
+            if unsupported is not None:
+                return 415, {"error": unsupported}
             return await self._run(parts[1], parts[2], request)
         return 404, {"error": "no such route; try POST /run/{agent}/{method}, GET /agents"}
 
@@ -522,7 +422,7 @@ class HttpServer:
             return 400, too_deep
         if not isinstance(inputs, dict):
             return 400, {"error": "the body must be a JSON object of input names to values"}
-        if _nests_deeper(inputs, MAX_JSON_DEPTH):
+        if nests_deeper(inputs, MAX_JSON_DEPTH):
             return 400, too_deep
         model = self.model
         if "model" in request.query:

@@ -22,9 +22,11 @@ from typing import Any
 
 import pytest
 
+from openprogram_yaml.runner.cli import main
 from openprogram_yaml.runner.records import RecordLog, RunService
 from openprogram_yaml.runner.reload import ProgramHolder, ReloadEvent
-from openprogram_yaml.runner.serve import HttpServer, ServeLimits
+from openprogram_yaml.runner.request_guard import ServeLimits
+from openprogram_yaml.runner.serve import HttpServer
 
 #: Generous: a child process starts Python and compiles; a watchfiles event takes ~10 ms.
 EVENT_TIMEOUT_S = 30.0
@@ -623,18 +625,13 @@ def test_watch_prints_a_crashed_reload_and_runs_the_next_good_edit(tmp_path: Pat
     assert "Traceback" not in asyncio.run(scenario())
 
 
-def test_serve_reports_a_first_compile_that_crashes_as_a_config_error(tmp_path: Path) -> None:
+def test_serve_reports_a_first_compile_that_crashes_as_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     agent = write_agent(tmp_path, AGENT_WITH_EXITING_TOOL)
-
-    async def scenario() -> tuple[int | None, str]:
-        proc = await _child("serve", str(agent), "--port", "0")
-        code = await asyncio.wait_for(proc.wait(), EVENT_TIMEOUT_S)
-        assert proc.stderr is not None
-        return code, (await proc.stderr.read()).decode()
-
-    code, err = asyncio.run(scenario())
-    assert code == 2, err
-    assert "echo.yaml" in err and "SystemExit" in err and "Traceback" not in err
+    assert main(["serve", str(agent), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "echo.yaml" in err and "SystemExit" in err and "Nothing to serve" in err
 
 
 # --- the command line -----------------------------------------------------------------------
@@ -670,8 +667,6 @@ def test_serve_flags_admit_a_host_and_model_overrides(tmp_path: Path) -> None:
 def test_serve_limits_must_be_positive_numbers(
     tmp_path: Path, flag: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from openprogram_yaml.runner.cli import main
-
     assert main(["serve", str(write_agent(tmp_path)), flag]) == 2
     err = capsys.readouterr().err
     assert flag.split("=")[0] in err and "Traceback" not in err
