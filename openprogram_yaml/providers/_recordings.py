@@ -6,12 +6,9 @@ the redaction every written string passes through, and reading a folder of recor
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import field
 from pathlib import Path
@@ -43,7 +40,6 @@ __all__ = [
     "request_key",
     "response_record",
     "selection_secrets",
-    "write_atomically",
 ]
 
 #: ``run_turn`` options that shape the answer and so belong to the request. Everything else
@@ -264,20 +260,6 @@ def capabilities_record(caps: Capabilities) -> dict[str, bool]:
     }
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``path`` whole or not at all, so a replay never reads half a recording."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 @fast_dataclass(frozen=True)
 class Recording:
     """One recorded turn as read from ``path``."""
@@ -386,6 +368,41 @@ class RecordingStore:
             if key in recordings:
                 return recordings[key]
         return None
+
+    def tool_results(
+        self, label: str, request: Mapping[str, Any], recording: Recording
+    ) -> dict[str, dict[str, Any]]:
+        """What the tool calls ``recording`` answers ``request`` with got when they were
+        recorded: the tool messages of the recorded request that continues this one, by
+        call id (empty when no recording continues it)."""
+        messages = request.get("messages")
+        calls = recording.response.get("tool_calls")
+        if not isinstance(messages, list) or not calls:
+            return {}
+        n = len(messages)
+        for recordings in (self.by_label.get(label, {}), *self.by_label.values()):
+            for later in sorted(recordings.values(), key=lambda r: r.key):
+                following = later.request.get("messages")
+                if not isinstance(following, list) or len(following) <= n + 1:
+                    continue
+                reply = following[n]
+                if (
+                    following[:n] != messages
+                    or not isinstance(reply, Mapping)
+                    or reply.get("role") != "assistant"
+                    or reply.get("tool_calls") != calls
+                ):
+                    continue
+                results: dict[str, dict[str, Any]] = {}
+                for message in following[n + 1 :]:
+                    if not isinstance(message, Mapping) or message.get("role") != "tool":
+                        break
+                    results[str(message.get("tool_call_id"))] = {
+                        "content": message.get("content", ""),
+                        "is_error": bool(message.get("is_error")),
+                    }
+                return results
+        return {}
 
     def lines(self, recording: Recording) -> list[str]:
         from ..spec.yamlwrite import dump_yaml

@@ -27,9 +27,11 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._file_writes import write_atomically
 from ..errors import ConfigError, ErrorReason
 from ..redaction import env_secrets, secrets_in_options
 from ..runtime.context import current_method as current_label
+from ..runtime.toolgate import RECORDED_TOOL_RESULTS
 from ..runtimes.protocol import (
     Capabilities,
     Message,
@@ -50,7 +52,6 @@ from ._recordings import (
     request_key,
     response_record,
     selection_secrets,
-    write_atomically,
 )
 
 __all__ = [
@@ -208,6 +209,7 @@ class RecordingSelector:
             ),
         }
         path = self.directory / label_dir(label) / f"{key}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, FILE_HEADER + dump_yaml(record))
         with self._lock:
             self.written.append(path)
@@ -327,6 +329,12 @@ class ReplayRuntime:
         if recording is None:
             return _no_record(self._missing(store, label, key, request))
         result = recording.result(model_ref)
+        if result.tool_calls:
+            # The recording answers the tool calls too: running a tool again on replay could
+            # repeat what it did (a refund, a file written), and its answer may differ.
+            result.metadata[RECORDED_TOOL_RESULTS] = store.tool_results(
+                label_dir(label), request, recording
+            )
         on_delta = kwargs.get("on_delta")
         if on_delta is not None:
             for kind, text in (("thinking", result.thinking), ("text", result.content)):

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .._file_writes import write_atomically
 from ..compile.program import Program
 
 __all__ = ["LOCK_FILE", "check_lock", "lock_data", "write_lock"]
@@ -30,10 +31,12 @@ def lock_data(program: Program) -> dict[str, Any]:
 
 
 def write_lock(program: Program, path: Path | None = None) -> Path:
-    """Write the lock file (at the project root unless ``path``); returns where."""
+    """Write the lock file (at the project root unless ``path``); returns where.
+
+    Raises ``OSError`` when it cannot be written; the old lock is then left as it was."""
     target = path or program.root / LOCK_FILE
     text = json.dumps(lock_data(program), indent=2, sort_keys=False) + "\n"
-    target.write_text(text, encoding="utf-8")
+    write_atomically(target, text)
     return target
 
 

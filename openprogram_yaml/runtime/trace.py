@@ -196,7 +196,9 @@ class SessionTrace:
         """Write every node, one JSON object per line."""
         text = self.to_jsonl()
         if isinstance(target, str | os.PathLike):
-            Path(target).write_text(text, encoding="utf-8")
+            from .._file_writes import write_atomically
+
+            write_atomically(target, text)
         else:
             target.write(text)
 
