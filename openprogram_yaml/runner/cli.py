@@ -14,7 +14,7 @@ from pathlib import Path
 # checker only (mypy reads TYPE_CHECKING by name), and json is imported where it is used.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Coroutine, Sequence
     from typing import Any, NoReturn, TextIO
 
 __all__ = ["main"]
@@ -44,6 +44,9 @@ Other commands:
 
 Exit status: 0 success, 1 the run failed, 2 usage or config error.
 """
+
+
+_LIVE_TOOLS_HELP = "run http and command tools for real under the offline `test` model too"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,6 +86,10 @@ def _run_parser() -> argparse.ArgumentParser:
         "--record", metavar="DIR", type=Path, help="store every model request and reply in DIR"
     )
     p.add_argument("--replay", metavar="DIR", type=Path, help="answer from the recordings in DIR")
+    p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="print no line on stderr when a call is retried"
+    )
     return p
 
 
@@ -175,8 +182,10 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any
 
 def _cmd_run(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
-    import asyncio
-
+    unwritable = _unwritable_outputs(args)
+    if unwritable is not None:
+        _emit(sys.stderr, unwritable)
+        return 2
     if args.watch:
         return _cmd_watch(args)
 
@@ -185,6 +194,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
         return loaded
     program, agent, method, inputs = loaded
 
+    from ..runtime.toolgate import ToolGate
     from .records import (
         GitStamper,
         RecordLog,
@@ -217,7 +227,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
         method.prepare_templates()
     _startup_done()
     try:
-        record = asyncio.run(
+        record, code = _run_to_the_end(
             execute_run(
                 program,
                 stamp,
@@ -227,26 +237,103 @@ def _cmd_run(argv: Sequence[str]) -> int:
                 model=args.model,
                 trace=trace,
                 wrap_selector=wrap,
+                tool_gate=ToolGate(live_tools=args.live_tools),
+                on_retry=None if args.quiet else _RetryLine(status, secrets),
             )
         )
     finally:
         status.clear()
-        if trace is not None:
-            append_trace(args.trace, trace, secrets)
+        kept = trace is None or _wrote(args.trace, lambda: append_trace(args.trace, trace, secrets))
     if args.records is not None:
-        log = RecordLog(args.records)
-        try:
-            log.append(record)
-        finally:
-            log.close()
+        kept &= _wrote(args.records, lambda: RecordLog(args.records).append(record))
     if args.json:
         _emit(sys.stdout, record.to_json())
     elif record.error is None:
         _emit(sys.stdout, _format_output(record.output), secrets)
+    if record.tools_not_run and not args.json:
+        _emit(sys.stderr, _not_run_note(record.tools_not_run))
     if record.error is not None:
         kind = record.error.get("type", "error")
         _emit(sys.stderr, f"error: {kind}: {record.error.get('message', '')}", secrets)
-    return record.exit_code
+    # A run that succeeded but whose trace or record was lost did not do all it was asked.
+    return code or (0 if kept else 1)
+
+
+def _run_to_the_end(run: Coroutine[Any, Any, Any]) -> tuple[Any, int]:
+    """The record ``run`` returns, and the exit status. SIGTERM ends the run as Ctrl-C does
+    (asyncio cancels the run on SIGINT): it is recorded as interrupted, and its trace and
+    record are still written; the status is then 143 (128 + SIGTERM), as a shell says."""
+    import asyncio
+    import signal
+
+    terminated = False
+
+    async def main() -> Any:
+        task = asyncio.ensure_future(run)
+
+        def terminate() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        loop = asyncio.get_running_loop()
+        try:
+            # Installed once the run's first step is scheduled: the handler's callback is
+            # queued behind it, so a cancel always lands inside the run, which records it.
+            loop.add_signal_handler(signal.SIGTERM, terminate)
+        except (NotImplementedError, RuntimeError, ValueError):  # Windows, or not main thread
+            return await task
+        try:
+            return await task
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+
+    record = asyncio.run(main())
+    return record, 128 + signal.SIGTERM if terminated else record.exit_code
+
+
+def _wrote(path: Path, write: Callable[[], None]) -> bool:
+    """Whether ``write`` wrote ``path``; when it could not, says why in one line."""
+    try:
+        write()
+    except OSError as exc:
+        _emit(sys.stderr, f"error: cannot write {path}: {exc.strerror or exc}")
+        return False
+    return True
+
+
+def _unwritable_outputs(args: argparse.Namespace) -> str | None:
+    """Why a file the command keeps (``--trace``, ``--records``, ``--record``) could not be
+    written, as a line to print; None when all can. Checked before anything runs, so that
+    a mistyped path costs no run."""
+    from .._file_writes import unwritable_file, unwritable_folder
+
+    checks = [
+        ("--trace", getattr(args, "trace", None), unwritable_file),
+        ("--records", getattr(args, "records", None), unwritable_file),
+    ]
+    if getattr(args, "replay", None) is None:  # with --replay, --record is refused anyway
+        checks.append(("--record", getattr(args, "record", None), unwritable_folder))
+    for option, path, problem in checks:
+        reason = problem(path) if path is not None else None
+        if reason is not None:
+            return f"error: cannot write {path} ({option}): {reason}; nothing was run"
+    return None
+
+
+def _not_run_note(not_run: list[dict[str, str]]) -> str:
+    """One line on stderr: which tools the model asked for that did not run, and why."""
+    offline = sorted({e["name"] for e in not_run if e["reason"] == "offline"})
+    replay = sorted({e["name"] for e in not_run if e["reason"] != "offline"})
+    parts = []
+    if offline:
+        parts.append(
+            f"not run under the offline test model: {', '.join(offline)} "
+            "(pass --live-tools to run them)"
+        )
+    if replay:
+        parts.append(f"not run, no result in the recording: {', '.join(replay)}")
+    return "note: tools " + "; ".join(parts)
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
@@ -265,6 +352,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
             json_output=args.json,
             records=args.records,
             trace=args.trace,
+            live_tools=args.live_tools,
         )
     )
 
@@ -292,6 +380,7 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         help="on Ctrl-C or SIGTERM, how long runs in flight may finish (default: %(default)s)",
     )
     p.add_argument("--no-watch", action="store_true", help="serve one version; do not reload")
+    p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
     limits = ServeLimits()
     p.add_argument(
         "--allow-host",
@@ -342,6 +431,7 @@ def _cmd_serve(argv: Sequence[str]) -> int:
             records=args.records,
             grace_s=args.grace,
             watch=not args.no_watch,
+            live_tools=args.live_tools,
             limits=ServeLimits(
                 allowed_hosts=tuple(args.allow_host),
                 allow_model_override=args.allow_model_override,
@@ -382,6 +472,25 @@ class _Status:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
             self.active = False
+
+
+class _RetryLine:
+    """Prints ``HTTP 500 – retrying in 3.2 s (2/6)`` on stderr before each retry's sleep,
+    so a run that waits on a failing server does not look hung."""
+
+    def __init__(self, status: _Status, secrets: frozenset[str]) -> None:
+        self.status = status
+        self.secrets = secrets
+
+    def __call__(self, info: Any) -> None:
+        what = f"HTTP {info.http_status}" if info.http_status is not None else info.reason
+        self.status.clear()
+        _emit(
+            sys.stderr,
+            f"{what} – retrying in {info.delay_s:.1f} s ({info.attempt + 1}/{info.max_retries})",
+            self.secrets,
+        )
+        sys.stderr.flush()
 
 
 def _selector_wrapper(
@@ -472,7 +581,11 @@ def _cmd_lock(argv: Sequence[str]) -> int:
             return 1
         _emit(sys.stdout, "openprogram.lock is up to date")
         return 0
-    target = write_lock(program)
+    try:
+        target = write_lock(program)
+    except OSError as exc:
+        _emit(sys.stderr, f"error: cannot write {exc.filename}: {exc.strerror or exc}")
+        return 1
     count = sum(len(a.methods) for a in program.agents.values())
     _emit(sys.stdout, f"wrote {target} ({count} methods)")
     return 0
@@ -500,6 +613,7 @@ def _cmd_test(argv: Sequence[str]) -> int:
     p.add_argument("--live", action="store_true", help="use the models the agents name")
     p.add_argument("--record", metavar="DIR", type=Path, help="live, and record every reply")
     p.add_argument("--replay", metavar="DIR", type=Path, help="answer from recordings in DIR")
+    p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
     args = p.parse_args(argv)
     import asyncio
 
@@ -538,6 +652,7 @@ def _cmd_test(argv: Sequence[str]) -> int:
             tests,
             model=model,
             wrap_selector=wrap,
+            live_tools=args.live_tools,
             stream=_RedactingStream(sys.stdout, secrets),
             progress=sys.stderr if sys.stderr.isatty() else None,
         )

@@ -20,15 +20,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
+from .._file_writes import append_lines
 from ..compile.program import DEFAULT_MAX_STEPS, Agent, Program, RunState
 from ..errors import OpenProgramError, UsageError
 from ..redaction import env_secrets, redact, secrets_in_options
+from ..runtime.toolgate import ToolGate
 
 if TYPE_CHECKING:
+    from ..runtime.retry import RetryInfo
     from ..runtime.trace import SessionTrace
 
 __all__ = [
@@ -181,6 +184,8 @@ class RunRecord:
     secrets: frozenset[str] = frozenset()
     #: The methods the run passed through by ``choices``, with the pick made in each.
     path: list[dict[str, Any]] = field(default_factory=list)
+    #: Tool calls not run for real (``{"name", "reason"}``, reason "offline" or "replay").
+    tools_not_run: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -197,6 +202,8 @@ class RunRecord:
             out["output"] = self.output
         if self.path:
             out["path"] = self.path
+        if self.tools_not_run:
+            out["tools_not_run"] = self.tools_not_run
         out.update(
             usage=self.usage,
             version=self.version.to_dict(),
@@ -244,25 +251,22 @@ class RecordLog:
     """Appends records to a JSON Lines file, flushed and synced per record.
 
     Each record is written when its run ends, so a crash or a kill loses at most the run
-    that was executing, never one already finished.
+    that was executing, never one already finished; a line torn by a crash or a full disk
+    does not swallow the next record (see ``append_lines``).
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
 
     def append(self, record: RunRecord) -> None:
-        line = record.to_json() + "\n"
+        """Write ``record``; raises ``OSError`` when it cannot be written."""
         with self._lock:
-            self._file.write(line)
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            append_lines(self.path, record.to_json() + "\n")
 
     def close(self) -> None:
-        with self._lock:
-            self._file.close()
+        """Nothing is held open between records; kept for callers that close their log."""
 
 
 async def execute_run(
@@ -275,8 +279,14 @@ async def execute_run(
     model: str | None = None,
     trace: SessionTrace | None = None,
     wrap_selector: Callable[[Any], Any] | None = None,
+    tool_gate: ToolGate | None = None,
+    on_retry: Callable[[RetryInfo], Any] | None = None,
 ) -> RunRecord:
     """Run one method of ``program`` and describe the outcome; never raises for a failed run.
+
+    ``tool_gate`` says which tool calls run for real; by default none of the http and command
+    tools does under the offline ``test`` model. ``on_retry`` is told of every retry of a
+    model call.
 
     A cancelled run (shutdown after the grace period) ends as an ``interrupted`` record, so
     callers always get a record to write.
@@ -303,7 +313,11 @@ async def execute_run(
             )
         state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS)
         record.path = state.path
-        async with agent.open_runtime(trace=trace, wrap_selector=wrap_selector) as runtime:
+        gate = tool_gate if tool_gate is not None else ToolGate()
+        record.tools_not_run = gate.not_run
+        async with agent.open_runtime(
+            trace=trace, wrap_selector=wrap_selector, tool_gate=gate, on_retry=on_retry
+        ) as runtime:
             try:
                 if trace is None:
                     record.output = await method.run(
@@ -353,10 +367,14 @@ class RunService:
         self,
         current: Callable[[], tuple[Program, VersionStamp]],
         records: RecordLog | None = None,
+        *,
+        live_tools: bool = False,
     ) -> None:
         #: Gives the version the next run starts on (``ProgramHolder.snapshot``).
         self._current = current
         self.records = records
+        #: Run http and command tools for real under the offline ``test`` model too.
+        self.live_tools = live_tools
         self.in_flight: set[asyncio.Task[RunRecord]] = set()
         self.closing = False
         #: Called with each finished record (the CLI prints them; tests observe them).
@@ -393,7 +411,16 @@ class RunService:
         model: str | None,
         trace: SessionTrace | None,
     ) -> RunRecord:
-        record = await execute_run(program, stamp, agent, method, inputs, model=model, trace=trace)
+        record = await execute_run(
+            program,
+            stamp,
+            agent,
+            method,
+            inputs,
+            model=model,
+            trace=trace,
+            tool_gate=ToolGate(live_tools=self.live_tools),
+        )
         if self.records is not None:
             self.records.append(record)
         for listener in self.listeners:
@@ -423,5 +450,4 @@ class RunService:
 def append_trace(path: Path, trace: SessionTrace, secrets: frozenset[str] = frozenset()) -> None:
     """Append a run's session trace to ``path`` as JSON Lines, secrets redacted."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a", encoding="utf-8") as out:
-        out.write(redact(trace.to_jsonl(), secrets))
+    append_lines(path, redact(trace.to_jsonl(), secrets))
