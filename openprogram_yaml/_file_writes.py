@@ -26,25 +26,33 @@ __all__ = ["append_lines", "unwritable_file", "unwritable_folder", "write_atomic
 
 
 def write_atomically(
-    path: str | os.PathLike[str], data: str | bytes, *, sync: bool = True, mode: int = 0o666
+    path: str | os.PathLike[str],
+    data: str | bytes,
+    *,
+    sync: bool = True,
+    mode: int | None = None,
 ) -> None:
     """Replace ``path`` with ``data`` (text is written as UTF-8) whole or not at all.
 
     With ``sync``, the data and then the rename are flushed to disk before returning, so a
     crash just after cannot leave an empty file (a cache that can be rebuilt may skip it).
-    A file that exists keeps its permissions; a new one gets ``mode`` less the umask. A
-    symbolic link is written through, not replaced. Raises ``OSError`` naming ``path``.
+    Without ``mode``, a file that exists keeps its permissions and a new one gets the
+    umask's; with it, the file gets ``mode`` (less the umask) whatever it had before. A
+    symbolic link at ``path`` is replaced, never written through: a link planted in a
+    repository or a cache cannot aim the write at another file. Raises ``OSError`` naming
+    ``path``.
     """
-    target = os.path.realpath(path)
+    target = os.fspath(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    folder = os.path.dirname(target)
-    try:
-        kept_mode: int | None = stat.S_IMODE(os.stat(target).st_mode)
-    except OSError:
-        kept_mode = None
+    folder = os.path.dirname(target) or "."
+    kept_mode: int | None = None
+    if mode is None:
+        with contextlib.suppress(OSError):
+            info = os.lstat(target)
+            kept_mode = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
     temporary = ""
     try:
-        descriptor, temporary = _create_beside(target, mode)
+        descriptor, temporary = _create_beside(target, 0o666 if mode is None else mode)
         with os.fdopen(descriptor, "wb") as stream:
             if kept_mode is not None:
                 os.fchmod(stream.fileno(), kept_mode)
@@ -58,7 +66,7 @@ def write_atomically(
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
         # The temporary file's name means nothing to the reader of the message.
-        raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(path)) from exc
+        raise OSError(exc.errno, exc.strerror or str(exc), target) from exc
     if sync:
         _sync_folder(folder)
 

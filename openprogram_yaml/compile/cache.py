@@ -45,13 +45,13 @@ import pickle
 import shutil
 import stat
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import __version__
+from .._file_writes import write_atomically
 from .paths import find_project_root, glob_files
 from .program import Program
 from .stamps import RACY_NS, entry_kind
@@ -138,16 +138,12 @@ def store(
     if folder is None:
         return False
     try:
-        descriptor, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")  # mode 0600
-    except OSError:
-        return False
-    try:
-        with os.fdopen(descriptor, "wb") as stream:
-            _write(stream, manifest, program)
-        os.replace(temporary, folder / f"{manifest['key']}.pickle")
+        # ``load`` reads the manifest, then the program, from the one file.
+        data = pickle.dumps(manifest, pickle.HIGHEST_PROTOCOL)
+        data += pickle.dumps(program, pickle.HIGHEST_PROTOCOL)
+        # Not synced: an entry lost in a crash costs one compile, and a torn one fails to load.
+        write_atomically(folder / f"{manifest['key']}.pickle", data, sync=False, mode=0o600)
     except Exception:  # a full disk, or a program that does not pickle: it runs uncached
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
         return False
     _prune(folder)
     return True
@@ -396,11 +392,6 @@ def _warn_once(reason: str) -> None:
     if reason not in _warned:
         _warned.add(reason)
         print(f"warning: compile cache off: {reason}", file=sys.stderr)
-
-
-def _write(stream: IO[bytes], manifest: dict[str, Any], program: Program) -> None:
-    pickle.dump(manifest, stream, protocol=pickle.HIGHEST_PROTOCOL)
-    pickle.dump(program, stream, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _prune(folder: Path) -> None:

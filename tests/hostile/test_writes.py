@@ -92,6 +92,22 @@ def test_a_lock_is_replaced_not_rewritten_in_place(tmp_path: Path, capsys) -> No
     assert lock.stat().st_mode & 0o777 == 0o640  # its permissions stay as they were
 
 
+def test_a_link_planted_as_the_lock_is_replaced_not_written_through(tmp_path: Path, capsys) -> None:
+    # A cloned repository could hold `openprogram.lock -> ~/.bashrc`.
+    project = tmp_path / "project"
+    project.mkdir()
+    path = agent(project)
+    elsewhere = tmp_path / "someone-elses-file"
+    elsewhere.write_text("keep me\n", encoding="utf-8")
+    (project / "openprogram.lock").symlink_to(elsewhere)
+    code, _, err = run(capsys, "lock", str(path))
+    assert code == 0, err
+    assert elsewhere.read_text(encoding="utf-8") == "keep me\n"
+    lock = project / "openprogram.lock"
+    assert not lock.is_symlink()
+    assert "echo.say" in json.loads(lock.read_text(encoding="utf-8"))["prompts"]
+
+
 def test_recordings_are_written_with_the_users_usual_permissions(tmp_path: Path, capsys) -> None:
     # Recordings are shared through the repository; a temporary file's 0600 must not stick.
     path = agent(tmp_path)
