@@ -375,9 +375,20 @@ def _compile_test_file(
             f"no agent '{spec.agent}' in this project{did_you_mean(spec.agent, sorted(agents))}",
         )
         return []
-    from .tests import compile_tests
+    from .tests import compile_doubles, compile_tests
 
-    return compile_tests(spec.tests, agent, source, ("tests",), path, ctx, col)
+    doubles = compile_doubles(spec.tools, agent, source, ("tools",), col)
+    return compile_tests(
+        spec.tests,
+        agent,
+        source,
+        ("tests",),
+        path,
+        ctx,
+        col,
+        file_doubles=doubles,
+        file_live_tools=spec.live_tools,
+    )
 
 
 def compile_path(path: Path, *, environ: Mapping[str, str] | None = None) -> Program:

@@ -1,9 +1,10 @@
 """Tests kept beside prompts: checked at load time like everything else, run by the runner.
 
-A test names a method, its inputs and expectations on the run. Everything that can be known
-before a model is called is checked here, at its position: the method exists, the inputs
-match its schema, regexes compile, schemas are valid, JSON paths parse, the choice and the
-tools named exist.
+A test names a method, its inputs and expectations on the run, and may double tools (say
+what they return or raise). Everything that can be known before a model is called is checked
+here, at its position: the method exists, the inputs match its schema, regexes compile,
+schemas are valid, JSON paths parse, the choice and the tools named exist, and a double's
+`when` names only the tool's parameters.
 """
 
 from __future__ import annotations
@@ -16,15 +17,28 @@ from typing import Any
 
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
+from ..runtime.toolgate import ToolDouble
 from ..runtime.validation import SchemaValidator
 from ..spec.diagnostics import did_you_mean
-from ..spec.models import ExpectSpec, TestCaseSpec
+from ..spec.models import ExpectSpec, TestCaseSpec, ToolCallExpectSpec, ToolDoubleSpec
 from ..spec.positions import Position
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
 from .program import Agent
 
-__all__ = ["CompiledTest", "Expectations", "JsonPath", "compile_tests", "parse_json_path"]
+__all__ = [
+    "CompiledTest",
+    "Expectations",
+    "ExpectedCall",
+    "JsonPath",
+    "ToolDoubles",
+    "compile_doubles",
+    "compile_tests",
+    "parse_json_path",
+]
+
+#: Tool name -> its doubles, in the order they are tried.
+ToolDoubles = Mapping[str, tuple[ToolDouble, ...]]
 
 _SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\[['\"]([^'\"]+)['\"]\]")
 
@@ -66,6 +80,14 @@ MISSING = _MISSING
 
 
 @fast_dataclass(frozen=True)
+class ExpectedCall:
+    """A ``tools_called`` entry: a tool, and arguments its call must have had (None: any)."""
+
+    name: str
+    arguments: Mapping[str, Any] | None = None
+
+
+@fast_dataclass(frozen=True)
 class Expectations:
     """An ``expect:`` block, ready to check."""
 
@@ -78,7 +100,7 @@ class Expectations:
     json_path: Mapping[str, tuple[JsonPath, Any]] = field(default_factory=dict)
     choice: str | None = None
     methods: tuple[str, ...] | None = None
-    tools_called: tuple[str, ...] = ()
+    tools_called: tuple[ExpectedCall, ...] = ()
     tools_not_called: tuple[str, ...] = ()
     error: str | None = None
 
@@ -94,6 +116,10 @@ class CompiledTest:
     model: str | None
     expect: Expectations
     where: Position
+    #: Run http and command tools for real under the offline ``test`` model.
+    live_tools: bool = False
+    #: What doubled tools answer (the test file's, with the case's own replacing them).
+    doubles: ToolDoubles = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -160,15 +186,20 @@ def _expectations(
                 f"agent '{agent.name}' has no method '{name}'"
                 f"{did_you_mean(name, sorted(agent.methods))}",
             )
-    tool_names = sorted({*(t.spec.name for t in agent.tools), *agent.method_tools})
-    for key in ("tools_called", "tools_not_called"):
-        for i, name in enumerate(getattr(spec, key) or ()):
-            if name not in tool_names:
-                col.at(
-                    source,
-                    (*loc, key, i),
-                    f"agent '{agent.name}' has no tool '{name}'{did_you_mean(name, tool_names)}",
-                )
+    tool_names = sorted(_tool_parameters(agent))
+    called = [_expected_call(item) for item in spec.tools_called or ()]
+    named: list[tuple[str, Loc]] = [
+        (c.name, (*loc, "tools_called", i, *(() if isinstance(item, str) else ("name",))))
+        for i, (c, item) in enumerate(zip(called, spec.tools_called or (), strict=True))
+    ]
+    named += [(n, (*loc, "tools_not_called", i)) for i, n in enumerate(spec.tools_not_called or ())]
+    for name, at in named:
+        if name not in tool_names:
+            col.at(
+                source,
+                at,
+                f"agent '{agent.name}' has no tool '{name}'{did_you_mean(name, tool_names)}",
+            )
     if len(col.diagnostics) != before:
         return None
     given = {("schema" if f == "schema_" else f) for f in spec.model_fields_set}
@@ -182,10 +213,62 @@ def _expectations(
         json_path=paths,
         choice=spec.choice,
         methods=tuple(spec.methods) if spec.methods is not None else None,
-        tools_called=tuple(spec.tools_called or ()),
+        tools_called=tuple(called),
         tools_not_called=tuple(spec.tools_not_called or ()),
         error=spec.error,
     )
+
+
+def _expected_call(item: str | ToolCallExpectSpec) -> ExpectedCall:
+    if isinstance(item, str):
+        return ExpectedCall(item)
+    return ExpectedCall(item.name, item.arguments)
+
+
+def _tool_parameters(agent: Agent) -> dict[str, Mapping[str, Any]]:
+    """Every tool of ``agent`` by name, with its parameters' JSON Schema."""
+    found: dict[str, Mapping[str, Any]] = {t.spec.name: t.spec.parameters for t in agent.tools}
+    for name, method in agent.method_tools.items():
+        found[name] = method.input_schema
+    return found
+
+
+def compile_doubles(
+    specs: Mapping[str, Sequence[ToolDoubleSpec]],
+    agent: Agent,
+    source: SourceMap,
+    loc: Loc,
+    col: Collector,
+) -> ToolDoubles:
+    """The tool doubles at ``loc`` (a mapping of tool name to doubles), checked: each tool
+    exists, and each ``when`` names only parameters the tool declares."""
+    tools = _tool_parameters(agent)
+    names = sorted(tools)
+    out: dict[str, tuple[ToolDouble, ...]] = {}
+    for name, doubles in specs.items():
+        if name not in tools:
+            col.at(
+                source,
+                (*loc, name),
+                f"agent '{agent.name}' has no tool '{name}'{did_you_mean(name, names)}",
+                key=True,
+            )
+            continue
+        properties = tools[name].get("properties")
+        for i, double in enumerate(doubles):
+            if double.when is None or not isinstance(properties, Mapping):
+                continue
+            for key in double.when:
+                if key not in properties:
+                    col.at(
+                        source,
+                        (*loc, name, i, "when", key),
+                        f"tool '{name}' has no parameter '{key}'"
+                        f"{did_you_mean(key, sorted(properties))}",
+                        key=True,
+                    )
+        out[name] = tuple(ToolDouble(d.returns, d.raises, d.when) for d in doubles)
+    return out
 
 
 def compile_tests(
@@ -196,8 +279,14 @@ def compile_tests(
     base_file: Path,
     ctx: ProjectContext,
     col: Collector,
+    *,
+    file_doubles: ToolDoubles | None = None,
+    file_live_tools: bool = False,
 ) -> list[CompiledTest]:
-    """The test cases at ``loc`` of ``source`` (a list), checked against ``agent``."""
+    """The test cases at ``loc`` of ``source`` (a list), checked against ``agent``.
+
+    ``file_doubles`` and ``file_live_tools`` are the test file's; a case's own win.
+    """
     out: list[CompiledTest] = []
     names: dict[str, int] = {}
     for i, case in enumerate(cases):
@@ -239,6 +328,7 @@ def compile_tests(
         expect = _expectations(
             case.expect, agent, case.method, col, source, (*case_loc, "expect"), base_file, ctx
         )
+        doubles = compile_doubles(case.tools, agent, source, (*case_loc, "tools"), col)
         if expect is None or len(col.diagnostics) != before:
             continue
         out.append(
@@ -250,6 +340,8 @@ def compile_tests(
                 model=case.model,
                 expect=expect,
                 where=source.at((*case_loc, "name")),
+                live_tools=file_live_tools if case.live_tools is None else case.live_tools,
+                doubles={**(file_doubles or {}), **doubles},
             )
         )
     return out

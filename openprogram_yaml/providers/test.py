@@ -244,6 +244,9 @@ class TestRuntime:
 
     __test__ = False  # not a pytest test class
     provider = "test"
+    #: Its tool calls are made up, so http and command tools are not run for them unless
+    #: the run asks for live tools (``runtime.toolgate``).
+    offline = True
 
     def __init__(self, **options: Any) -> None:
         self.options = options

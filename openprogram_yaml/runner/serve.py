@@ -577,6 +577,7 @@ async def serve_path(
     records: Path | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     watch: bool = True,
+    live_tools: bool = False,
     limits: ServeLimits | None = None,
 ) -> int:
     """``openprogram-run serve``: the exit status (0 after a clean shutdown, 2 bad config)."""
@@ -587,7 +588,7 @@ async def serve_path(
         sys.stderr.write(_config_error_lines(exc.diagnostics) + " Nothing to serve.\n")
         return 2
     log = RecordLog(records) if records else None
-    service = RunService(holder.snapshot, log)
+    service = RunService(holder.snapshot, log, live_tools=live_tools)
     stop, force = asyncio.Event(), asyncio.Event()
     try:
         with _stop_on_signals(stop, force):
@@ -622,6 +623,7 @@ async def watch_and_run(
     records: Path | None = None,
     trace: Path | None = None,
     grace_s: float = DEFAULT_GRACE_S,
+    live_tools: bool = False,
 ) -> int:
     """``openprogram-run PATH METHOD --watch``: run, then re-run on every new version.
 
@@ -638,7 +640,7 @@ async def watch_and_run(
     except ConfigError as exc:
         say(_config_error_lines(exc.diagnostics) + " Waiting for a fix…")
     log = RecordLog(records) if records else None
-    service = RunService(holder.snapshot, log)
+    service = RunService(holder.snapshot, log, live_tools=live_tools)
     new_version = asyncio.Event()
 
     def on_reload(event: ReloadEvent) -> None:

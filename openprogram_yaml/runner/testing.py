@@ -1,8 +1,10 @@
 """``openprogram-run test``: run the tests kept beside the prompts.
 
 Offline by default: a project with recordings replays them, otherwise the built-in
-``test`` model answers. Each failure shows the expectation, what came instead, and the
-prompt the method rendered, so a reviewer sees why without running anything.
+``test`` model answers, and http and command tools are not run for its calls unless the test
+(or ``--live-tools``) asks; a test's tool doubles answer for the tools they name. Each
+failure shows the expectation, what came instead, and the prompt the method rendered, so a
+reviewer sees why without running anything.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..compile.program import Program
 from ..compile.tests import MISSING, CompiledTest, value_at
+from ..runtime.toolgate import ToolGate, arguments_match
 from .records import RunRecord, VersionStamp, execute_run
 
 __all__ = ["TestOutcome", "check_expectations", "run_tests"]
@@ -43,7 +46,13 @@ class TestOutcome:
     problems: list[str] = field(default_factory=list)
     record: RunRecord | None = None
     prompt: str = ""
-    tools: list[str] = field(default_factory=list)
+    #: The tool calls the model made (run, doubled or not run): name and arguments.
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+    @property
+    def tools(self) -> list[str]:
+        """The names of the tools called, in order."""
+        return [name for name, _ in self.calls]
 
     @property
     def passed(self) -> bool:
@@ -59,8 +68,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= _SHOWN else text[:_SHOWN] + f"… ({len(text)} characters)"
 
 
-def check_expectations(test: CompiledTest, record: RunRecord, tools: list[str]) -> list[str]:
-    """What the run did that the test did not expect, one line each."""
+def check_expectations(
+    test: CompiledTest, record: RunRecord, calls: list[tuple[str, Any]]
+) -> list[str]:
+    """What the run did that the test did not expect, one line each.
+
+    ``calls`` are the tool calls the model made, as (name, arguments).
+    """
     exp = test.expect
     problems: list[str] = []
     if exp.error is not None:
@@ -105,9 +119,20 @@ def check_expectations(test: CompiledTest, record: RunRecord, tools: list[str]) 
             problems.append(
                 f"expected the methods {' -> '.join(exp.methods)}, got {' -> '.join(taken)}"
             )
-    for name in exp.tools_called:
-        if name not in tools:
-            problems.append(f"expected tool {name!r} to be called (called: {tools or 'none'})")
+    tools = [name for name, _ in calls]
+    for expected in exp.tools_called:
+        name = expected.name
+        if expected.arguments is None:
+            if name not in tools:
+                problems.append(f"expected tool {name!r} to be called (called: {tools or 'none'})")
+            continue
+        had = [args for called, args in calls if called == name]
+        if not any(isinstance(a, dict) and arguments_match(expected.arguments, a) for a in had):
+            seen = "; ".join(_text(a) for a in had) if had else "it was not called"
+            problems.append(
+                f"expected tool {name!r} to be called with {_short(expected.arguments)} "
+                f"(called with: {seen})"
+            )
     for name in exp.tools_not_called:
         if name in tools:
             problems.append(f"expected tool {name!r} not to be called, but it was")
@@ -129,6 +154,7 @@ async def _run_one(
     test: CompiledTest,
     model: str | None,
     wrap_selector: Callable[[Any], Any] | None,
+    live_tools: bool,
 ) -> TestOutcome:
     from ..runtime.trace import SessionTrace
 
@@ -142,10 +168,11 @@ async def _run_one(
         model=test.model or model,
         trace=trace,
         wrap_selector=wrap_selector,
+        tool_gate=ToolGate(live_tools=live_tools or test.live_tools, doubles=test.doubles),
     )
-    tools = [n.name for n in trace.nodes if n.kind == "tool"]
-    outcome = TestOutcome(test, record=record, tools=tools)
-    outcome.problems = check_expectations(test, record, tools)
+    calls = [(n.name, n.inputs) for n in trace.nodes if n.kind == "tool"]
+    outcome = TestOutcome(test, record=record, calls=calls)
+    outcome.problems = check_expectations(test, record, calls)
     if outcome.problems:
         outcome.prompt = _rendered_prompt(program, test)
     return outcome
@@ -173,10 +200,15 @@ async def run_tests(
     *,
     model: str | None,
     wrap_selector: Callable[[Any], Any] | None = None,
+    live_tools: bool = False,
     stream: Writer = sys.stdout,
     progress: TextIO | None = None,
 ) -> list[TestOutcome]:
-    """Run ``tests`` one after the other, report failures to ``stream``, and return all."""
+    """Run ``tests`` one after the other, report failures to ``stream``, and return all.
+
+    ``live_tools`` runs http and command tools for real under the offline ``test`` model in
+    every test (a test can ask for it alone with ``live_tools: true``).
+    """
     chosen = list(tests)
     stamp = VersionStamp(program.version)
     outcomes: list[TestOutcome] = []
@@ -185,7 +217,7 @@ async def run_tests(
         if progress is not None:
             progress.write(f"\r\033[K[{i}/{len(chosen)}] {test.id}")
             progress.flush()
-        outcome = await _run_one(program, stamp, test, model, wrap_selector)
+        outcome = await _run_one(program, stamp, test, model, wrap_selector, live_tools)
         outcomes.append(outcome)
         if not outcome.passed:
             if progress is not None:

@@ -24,6 +24,7 @@ from openprogram_yaml.runtime.retry import (
     is_retryable,
 )
 from openprogram_yaml.runtime.terminal import Done, Terminal, Unset
+from openprogram_yaml.runtime.toolgate import RECORDED_TOOL_RESULTS
 from openprogram_yaml.runtime.toolloop import ToolRunner
 from openprogram_yaml.runtime.toolsets import Tool
 from openprogram_yaml.runtime.trace import TraceNode
@@ -181,7 +182,11 @@ class ExecRun:
                         ErrorReason.MAX_ITERATIONS,
                     )
                 self.messages.append(assistant_reply(result))
-                self.messages.extend(await self.runner.run(result.tool_calls))
+                self.messages.extend(
+                    await self.runner.run(
+                        result.tool_calls, result.metadata.get(RECORDED_TOOL_RESULTS)
+                    )
+                )
                 continue
             if isinstance(outcome, Done):
                 break
@@ -277,23 +282,46 @@ class ExecRun:
                 self.attempts[-1]["delay_s"] = delay
             if self.deadline is not None and owner.clock() + delay > self.deadline:
                 raise self._timeout(failures, pending_sleep=delay)
-            if self.on_retry is not None:
-                info = RetryInfo(
-                    attempt=len(failures),
-                    max_retries=owner.max_retries,
-                    delay_s=delay,
-                    reason=failure.reason,
-                    message=failure.message,
-                    retryable=True,
-                    http_status=failure.http_status,
-                    retry_after_s=failure.retry_after_s,
-                    elapsed_s=owner.clock() - self.started,
-                    model=self.model_ref,
-                    provider=self.provider,
-                )
-                with contextlib.suppress(Exception):  # the seed: on_retry errors are swallowed
-                    self.on_retry(info)
+            if self.on_retry is not None or self.emit is not None:
+                self._announce_retry(failure, len(failures), delay)
             await owner.sleep(delay)
+
+    def _announce_retry(self, failure: TurnFailure, attempt: int, delay: float) -> None:
+        """Tell ``on_retry`` and the stream that attempt ``attempt`` failed and another
+        follows after ``delay`` seconds.
+
+        The stream event matters most when streaming: what the failed attempt streamed is
+        void, and the next attempt streams its reply from the start.
+        """
+        owner = self.owner
+        info = RetryInfo(
+            attempt=attempt,
+            max_retries=owner.max_retries,
+            delay_s=delay,
+            reason=failure.reason,
+            message=failure.message,
+            retryable=True,
+            http_status=failure.http_status,
+            retry_after_s=failure.retry_after_s,
+            elapsed_s=owner.clock() - self.started,
+            model=self.model_ref,
+            provider=self.provider,
+        )
+        if self.on_retry is not None:
+            with contextlib.suppress(Exception):  # the seed: on_retry errors are swallowed
+                self.on_retry(info)
+        if self.emit is not None:
+            self.emit(
+                {
+                    "type": "retry",
+                    "attempt": attempt,
+                    "max_retries": info.max_retries,
+                    "delay_s": delay,
+                    "reason": failure.reason,
+                    "message": failure.message,
+                    "http_status": failure.http_status,
+                }
+            )
 
     def _note_attempt(self, failure: TurnFailure, delay: float | None) -> None:
         if self.attempts is None:

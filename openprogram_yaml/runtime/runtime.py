@@ -36,6 +36,7 @@ from openprogram_yaml.runtime.structured import (
 )
 from openprogram_yaml.runtime.syncface import LoopRunner
 from openprogram_yaml.runtime.terminal import TEXT_TERMINAL, UNSET, Terminal, Unset
+from openprogram_yaml.runtime.toolgate import ToolGate
 from openprogram_yaml.runtime.toolloop import ToolRunner
 from openprogram_yaml.runtime.toolsets import (
     RESERVED_TOOLSETS,
@@ -63,7 +64,9 @@ class Runtime:
     ``skills``); the keyword-only ones inject collaborators: ``runtimes`` (a selector with
     ``.select(model_ref)`` or one runtime instance), ``clock`` / ``sleep`` / ``random`` (so tests
     never sleep), ``on_stream``, ``trace`` (a ``SessionTrace``), ``tools`` and ``toolsets``
-    (the registered set an exec gets when it names none).
+    (the registered set an exec gets when it names none), ``tool_gate`` (which tool calls run
+    for real: under the offline ``test`` model no http or command tool does by default),
+    ``on_retry`` (the default of every exec's ``on_retry``).
     """
 
     def __init__(
@@ -84,6 +87,8 @@ class Runtime:
         tools: Iterable[Any] = (),
         toolsets: Mapping[str, ToolsetPreset] | None = None,
         max_validation_retries: int = DEFAULT_VALIDATION_RETRIES,
+        tool_gate: ToolGate | None = None,
+        on_retry: Callable[[RetryInfo], Any] | None = None,
     ) -> None:
         self.model = model
         self.max_retries = resolve_max_retries(max_retries)
@@ -93,6 +98,8 @@ class Runtime:
         self.thinking_level = "off"
         self.session_id = "op-" + secrets.token_hex(8)
         self.on_stream = on_stream
+        #: Told of every retry of every exec that names no ``on_retry`` of its own.
+        self.on_retry = on_retry
         self.last_usage: dict[str, int] | None = None
         #: Usage summed over every exec of this Runtime (nested execs included).
         self.total_usage = Usage()
@@ -107,6 +114,8 @@ class Runtime:
         self._closed = False
         self._skills_text: str | None = None
         self._tools: dict[str, Tool] = {}
+        #: Which tool calls run for real (``runtime.toolgate``); one per run.
+        self.tool_gate = tool_gate if tool_gate is not None else ToolGate()
         self._toolsets: dict[str, ToolsetPreset] = {}
         self._loops = LoopRunner()
         self._selector: Any = None
@@ -398,6 +407,8 @@ class Runtime:
             emit=emit,
             trace=self.trace,
             sequential=parallel_tool_calls is False,
+            gate=self.tool_gate,
+            offline=bool(getattr(runtime, "offline", False)),
         )
         return ExecRun(
             owner=self,
@@ -411,7 +422,7 @@ class Runtime:
             runner=runner,
             max_iterations=max(1, max_iterations),
             timeout_s=timeout_s,
-            on_retry=on_retry,
+            on_retry=on_retry if on_retry is not None else self.on_retry,
             emit=emit,
             streams=streams,
             budget=RecoveryBudget(self.max_retries - 1),

@@ -16,6 +16,7 @@ from typing import Any
 from openprogram_yaml.errors import StructuredOutputError
 from openprogram_yaml.runtime.schemas import validator_for
 from openprogram_yaml.runtime.structured import parse_json_strict
+from openprogram_yaml.runtime.toolgate import StandIn, ToolGate
 from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, current_policy
 from openprogram_yaml.runtime.trace import SessionTrace
 from openprogram_yaml.runtimes.protocol import Message, ToolCall
@@ -76,6 +77,8 @@ class ToolRunner:
         emit: StreamEmit | None = None,
         trace: SessionTrace | None = None,
         max_result_chars: int = MAX_RESULT_CHARS,
+        gate: ToolGate | None = None,
+        offline: bool = False,
     ) -> None:
         self.offered = offered
         self.policy = policy
@@ -84,14 +87,23 @@ class ToolRunner:
         self.emit = emit
         self.trace = trace
         self.max_result_chars = max_result_chars
+        self.gate = gate if gate is not None else ToolGate()
+        #: The turns come from an offline runtime (the ``test`` model): see ``toolgate``.
+        self.offline = offline
         self.failures: dict[tuple[str, str], int] = {}
         self.records: list[dict[str, Any]] = []
 
-    async def run(self, calls: list[ToolCall]) -> list[Message]:
-        """One tool message per call, in the order of ``calls``."""
+    async def run(
+        self, calls: list[ToolCall], recorded: Mapping[str, Any] | None = None
+    ) -> list[Message]:
+        """One tool message per call, in the order of ``calls``.
+
+        ``recorded``: the results a replayed turn's calls got when it was recorded (None when
+        the turn was not replayed); such calls are answered from it, never run.
+        """
         if len(calls) == 1 or self.sequential:
-            return [await self._run_one(call) for call in calls]
-        return list(await asyncio.gather(*(self._run_one(call) for call in calls)))
+            return [await self._run_one(call, recorded) for call in calls]
+        return list(await asyncio.gather(*(self._run_one(call, recorded) for call in calls)))
 
     def _refusal(self, name: str) -> str | None:
         tool = self.offered.get(name)
@@ -130,7 +142,7 @@ class ToolRunner:
             canonical = call.arguments
         return call.name, canonical
 
-    async def _run_one(self, call: ToolCall) -> Message:
+    async def _run_one(self, call: ToolCall, recorded: Mapping[str, Any] | None) -> Message:
         key = self._key(call)
         record: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
         self.records.append(record)
@@ -138,7 +150,7 @@ class ToolRunner:
             self.emit(
                 {"type": "tool_use", "id": call.id, "name": call.name, "arguments": call.arguments}
             )
-        text, ok = await self._outcome(call, key)
+        text, ok = await self._outcome(call, key, record, recorded)
         if not ok:
             self.failures[key] = self.failures.get(key, 0) + 1
         record["is_error"] = not ok
@@ -155,7 +167,13 @@ class ToolRunner:
             )
         return Message("tool", text, tool_call_id=call.id, name=call.name, is_error=not ok)
 
-    async def _outcome(self, call: ToolCall, key: tuple[str, str]) -> tuple[str, bool]:
+    async def _outcome(
+        self,
+        call: ToolCall,
+        key: tuple[str, str],
+        record: dict[str, Any],
+        recorded: Mapping[str, Any] | None,
+    ) -> tuple[str, bool]:
         refusal = self._refusal(call.name)
         if refusal is not None:
             return refusal, False
@@ -169,6 +187,11 @@ class ToolRunner:
         args, problem = self._arguments(tool, call.arguments)
         if args is None:
             return problem, False
+        stand_in = self.gate.stand_in(
+            tool.name, tool.source, args, offline=self.offline, recorded=recorded, call_id=call.id
+        )
+        if stand_in is not None:
+            return self._stood_in(tool, args, stand_in, record)
         token = current_policy().set(self.policy)
         try:
             if self.trace is None:
@@ -182,3 +205,20 @@ class ToolRunner:
         finally:
             current_policy().reset(token)
         return render_result(value, self.max_result_chars), True
+
+    def _stood_in(
+        self, tool: Tool, args: dict[str, Any], stand_in: StandIn, record: dict[str, Any]
+    ) -> tuple[str, bool]:
+        """The answer of a call the gate kept from running, marked in the record and trace."""
+        mark: dict[str, Any] = (
+            {"not_run": stand_in.reason} if stand_in.how == "not_run" else {stand_in.how: True}
+        )
+        record.update(mark)
+        text = render_result(stand_in.value, self.max_result_chars)
+        if self.trace is not None:
+            # A span even for a call that did not run: the trace lists every call the model
+            # made, and tests' `tools_called` read it.
+            with self.trace.span("tool", name=tool.name, inputs=args) as node:
+                node.data.update(mark)
+                node.output = text[:2000]
+        return text, not stand_in.is_error

@@ -54,7 +54,11 @@ async def stream_via_run_turn(
             )
     finally:
         if not task.done():
+            # Awaited, not only cancelled: a task still pending when its loop closes is
+            # reported as "destroyed but it is pending".
+            # (``wait`` rather than ``await task``: a cancellation of the caller still ends it.)
             task.cancel()
+            await asyncio.wait([task])
 
 
 class WrappedRuntime:
@@ -71,6 +75,11 @@ class WrappedRuntime:
     @property
     def provider(self) -> str | None:
         return getattr(self.inner, "provider", None)
+
+    @property
+    def offline(self) -> bool:
+        """Whether the inner runtime is offline (tool gating, ``runtime.toolgate``)."""
+        return bool(getattr(self.inner, "offline", False))
 
     @property
     def runtime_id(self) -> str:
