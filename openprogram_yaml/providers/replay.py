@@ -6,7 +6,9 @@ it is (``current_label``, "agent.method") and the key a short hash of the turn's
 request. ``ReplaySelector`` / ``ReplayRuntime`` answer turns from those files, with no
 network, whatever the model; a request with no recording fails (not retryable) with a
 message that names it and, when the method has other recordings, shows how the request
-differs from the closest one.
+differs from the closest one. A replayed turn's tool calls carry the results the
+recording holds for them (``RECORDED_TOOL_RESULTS``), so that the tool loop answers them
+from the recording instead of running the tools again.
 
 The canonical request is what shapes the model's answer: system prompt, messages, tools,
 tool choice, response format and sampling options. Nothing secret or volatile (key, headers,

@@ -26,9 +26,11 @@ Run a method of a YAML agent:
   openprogram-run PATH [METHOD] [-i NAME=VALUE]... [--input-json JSON|@FILE]
                   [--model PROVIDER:MODEL] [--json] [--trace FILE]
                   [--records FILE] [--record DIR | --replay DIR] [--watch]
+                  [--live-tools]
   PATH is an agent file or a project folder (with openprogram.yaml); in a project,
   METHOD may be AGENT.METHOD. --watch re-runs with the same inputs whenever a file
-  of the agent changes.
+  of the agent changes. Under the offline `test` model no http or command tool runs
+  unless --live-tools is given.
 
 Other commands:
   openprogram-run serve PATH [--port N] [--records FILE]
