@@ -1,6 +1,7 @@
 """What every HTTP provider shares: failures classified for the retry loop
 (``failure_from_status``, ``failure_from_exception``), an SSE line parser, ``stream_turn``
-built on ``run_turn(on_delta=…)``, and the ``HTTPRuntime`` base class.
+built on ``run_turn(on_delta=…)``, and the ``HTTPRuntime`` base class, which bounds every
+attempt: a read timeout between bytes, a cap on the reply's size, no redirects followed.
 
 The client itself (settings, the aiohttp and httpx clients, one pool per provider
 configuration and event loop) lives in ``_transport``; its names are re-exported here.
@@ -9,12 +10,13 @@ configuration and event loop) lives in ``_transport``; its names are re-exported
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -25,17 +27,21 @@ from ..redaction import redact
 from ..runtimes.failures import classify_status, is_quota_text, retry_after_from_headers
 from ..runtimes.protocol import RuntimeDelta, RuntimeResult, TurnFailure
 from ..runtimes.wrapping import stream_via_run_turn
+from ._shape import BadReply, ReplyTooLarge, bad_reply_failure
 from ._transport import (
+    DEFAULT_MAX_REPLY_BYTES,
     AiohttpClient,
     ClientPool,
     HTTPClient,
     HTTPSettings,
     HttpxClient,
     Reply,
+    Timeouts,
     build_client,
     iter_lines,
     make_client,
     request_timeout,
+    resolve_read_timeout,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +60,7 @@ __all__ = [
     "failed",
     "failure_from_body_error",
     "failure_from_exception",
+    "failure_from_redirect",
     "failure_from_status",
     "image_source",
     "is_local_url",
@@ -160,14 +167,46 @@ def failure_from_body_error(
     return TurnFailure(reason.value, redact(message, secrets), retryable)
 
 
+def failure_from_redirect(
+    status: int,
+    headers: Mapping[str, str],
+    *,
+    provider: str,
+    secrets: Iterable[str | None] = (),
+) -> TurnFailure:
+    """A 3xx reply: final, since the next attempt gets the same redirect.
+
+    Redirects are not followed: they would carry the key to wherever ``Location`` points.
+    """
+    location = {k.lower(): v for k, v in headers.items()}.get("location")
+    where = f"redirect to {location[:MAX_ERROR_TEXT]}" if location else "redirect with no Location"
+    message = (
+        f"{provider}: HTTP {status} {where}; redirects are not followed, "
+        "set base_url to the address that answers"
+    )
+    return TurnFailure(
+        ErrorReason.INVALID_REQUEST.value,
+        redact(message, secrets),
+        False,
+        http_status=status,
+    )
+
+
 def failure_from_exception(
-    exc: BaseException, *, provider: str, secrets: Iterable[str | None] = ()
+    exc: BaseException,
+    *,
+    provider: str,
+    secrets: Iterable[str | None] = (),
+    read_timeout_s: float | None = None,
 ) -> TurnFailure:
     """Translate an exception raised while talking to a provider.
 
     Timeouts and network failures are transient; anything else is reported as unknown and
-    final, since it is most likely a bug rather than a flaky network.
+    final, since it is most likely a bug rather than a flaky network. ``read_timeout_s``
+    (the bound in force) lets a read timeout say how long the server was silent.
     """
+    if isinstance(exc, BadReply):
+        return bad_reply_failure(provider, exc)
     transient = _transient_errors()
     if isinstance(exc, transient[0]):
         reason, retryable = ErrorReason.TIMEOUT, True
@@ -177,7 +216,22 @@ def failure_from_exception(
         reason, retryable = ErrorReason.UNKNOWN, False
     detail = str(exc) or type(exc).__name__
     message = f"{provider}: {reason.value}: {type(exc).__name__}: {detail[:MAX_ERROR_TEXT]}"
+    if read_timeout_s is not None and isinstance(exc, _read_timeouts()):
+        message = f"{provider}: timeout: the server sent nothing for {read_timeout_s:g} s "
+        message += "(read timeout)"
     return TurnFailure(reason.value, redact(message, secrets), retryable)
+
+
+def _read_timeouts() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "no byte arrived in time", of the HTTP libraries loaded."""
+    found: list[type[BaseException]] = []
+    httpx = sys.modules.get("httpx")
+    if httpx is not None:
+        found.append(httpx.ReadTimeout)
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is not None:
+        found.append(getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError))
+    return tuple(found)
 
 
 def _transient_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
@@ -236,14 +290,18 @@ def image_source(block: Mapping[str, Any]) -> tuple[str, str] | str | None:
 
 @fast_dataclass
 class SSEEvent:
-    """One server-sent event: its ``event`` name (default "message") and ``data`` text."""
+    """One server-sent event: its ``event`` name (default "message") and ``data`` text.
+
+    ``cut`` marks a last event the stream ended in the middle of (no blank line after it).
+    """
 
     event: str = "message"
     data: str = ""
     id: str | None = None
+    cut: bool = False
 
 
-async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEEvent]:
+async def iter_sse(lines: AsyncIterator[str]) -> AsyncGenerator[SSEEvent, None]:
     """Server-sent events from a stream of lines (line endings already removed).
 
     Follows the WHATWG rules that matter here: ``data`` lines join with newlines, comments
@@ -270,7 +328,7 @@ async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SSEEvent]:
         elif name == "id":
             event_id = value
     if data:
-        yield SSEEvent(event or "message", "\n".join(data), event_id)
+        yield SSEEvent(event or "message", "\n".join(data), event_id, cut=True)
 
 
 # --- the shared shape of an HTTP runtime ------------------------------------------------
@@ -284,17 +342,28 @@ class StreamAssembler:
     failure: TurnFailure | None = None
 
     def decode(self, event: SSEEvent) -> dict[str, Any] | None:
-        """The event's JSON object; on garbage, records a retryable failure and gives None."""
+        """The event's JSON object; otherwise records the failure and gives None.
+
+        Garbage in a whole event is a malformed reply (final); garbage in an event the
+        stream was cut in the middle of is a dropped connection (retried).
+        """
         try:
             data = json.loads(event.data)
         except ValueError:
-            data = None
-        if isinstance(data, dict):
-            return data
+            if event.cut:
+                self.failure = TurnFailure(
+                    ErrorReason.CONNECTION.value,
+                    f"{self.provider}: the stream was cut in the middle of an event",
+                    True,
+                )
+                return None
+            problem = "a stream event is not JSON"
+        else:
+            if isinstance(data, dict):
+                return data
+            problem = "a stream event is not a JSON object"
         self.failure = TurnFailure(
-            ErrorReason.SERVER_ERROR.value,
-            f"{self.provider}: a stream event that is not a JSON object",
-            True,
+            ErrorReason.SERVER_ERROR.value, f"{self.provider}: malformed reply: {problem}", False
         )
         return None
 
@@ -313,11 +382,14 @@ class HTTPRuntime:
     """What the OpenAI-compatible and Anthropic runtimes share: options, key, client, I/O.
 
     Options (keyword only, all optional): ``base_url``, ``api_key``, ``api_key_env``,
-    ``headers``, ``timeout_s``, ``connect_timeout_s``, ``max_connections``, ``provider``
-    (the name used in errors and matched as a model-ref prefix), ``model`` (used when a
-    turn names none) and ``transport`` (an ``httpx.AsyncBaseTransport``, for tests and
-    benchmarks). The key is read from ``api_key``, else from the ``api_key_env`` variable
-    on first use; it is only required when ``base_url`` is not a local server.
+    ``headers``, ``timeout_s`` (seconds the server may stay silent per attempt, before its
+    first byte or between two: else ``OPENPROGRAM_READ_TIMEOUT_S``, else 120),
+    ``connect_timeout_s``, ``max_reply_bytes`` (the largest reply read, default 10 MiB),
+    ``max_connections``, ``provider`` (the name used in errors and matched as a model-ref
+    prefix), ``model`` (used when a turn names none) and ``transport`` (an
+    ``httpx.AsyncBaseTransport``, for tests and benchmarks). The key is read from
+    ``api_key``, else from the ``api_key_env`` variable on first use; it is only required
+    when ``base_url`` is not a local server. Redirects are never followed.
     """
 
     runtime_id: str = ""
@@ -334,14 +406,25 @@ class HTTPRuntime:
         api_key: str | None = None,
         api_key_env: str | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = 600.0,
+        timeout_s: float | None = None,
         connect_timeout_s: float = 10.0,
         max_connections: int = 200,
         provider: str | None = None,
         model: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_reply_bytes: int | None = None,
     ) -> None:
         self.provider: str = provider or self.runtime_id
+        self.read_timeout_s = resolve_read_timeout(timeout_s)
+        if max_reply_bytes is None:
+            max_reply_bytes = DEFAULT_MAX_REPLY_BYTES
+        if (
+            isinstance(max_reply_bytes, bool)
+            or not isinstance(max_reply_bytes, int)
+            or max_reply_bytes <= 0
+        ):
+            raise ValueError(f"max_reply_bytes must be an integer > 0, not {max_reply_bytes!r}")
+        self.max_reply_bytes = max_reply_bytes
         self.model = model
         self.base_url = (
             base_url or (os.environ.get(self.base_url_env) if self.base_url_env else None)
@@ -352,7 +435,7 @@ class HTTPRuntime:
         self._settings = HTTPSettings(
             base_url=self.base_url,
             headers=dict(headers or {}),
-            timeout_s=timeout_s,
+            timeout_s=self.read_timeout_s,
             connect_timeout_s=connect_timeout_s,
             max_connections=max_connections,
             max_keepalive_connections=min(max_connections, 100),
@@ -444,6 +527,26 @@ class HTTPRuntime:
 
     # --- I/O ------------------------------------------------------------------------
 
+    def _exception_failure(self, exc: BaseException, timeout: Timeouts | None) -> TurnFailure:
+        read_timeout = timeout.read if timeout is not None else self.read_timeout_s
+        return failure_from_exception(
+            exc, provider=self.provider, secrets=self._secrets(), read_timeout_s=read_timeout
+        )
+
+    def _status_failure(self, response: Reply, raw: bytes) -> TurnFailure:
+        return failure_from_status(
+            response.status,
+            response.headers,
+            raw,
+            provider=self.provider,
+            secrets=self._secrets(),
+        )
+
+    def _redirect_failure(self, response: Reply) -> TurnFailure:
+        return failure_from_redirect(
+            response.status, response.headers, provider=self.provider, secrets=self._secrets()
+        )
+
     async def _post_json(
         self,
         path: str,
@@ -456,29 +559,27 @@ class HTTPRuntime:
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         try:
             async with self._pool.get().post(path, content, headers, timeout) as response:
-                raw = await response.read()
+                if 300 <= response.status < 400:
+                    return self._redirect_failure(response)
+                raw = await read_capped(response, self.max_reply_bytes)
         except Exception as exc:
-            return failure_from_exception(exc, provider=self.provider, secrets=self._secrets())
+            return self._exception_failure(exc, timeout)
         if response.status >= 400:
-            return failure_from_status(
-                response.status,
-                response.headers,
-                raw,
-                provider=self.provider,
-                secrets=self._secrets(),
-            )
+            return self._status_failure(response, raw)
         try:
             data = json.loads(raw)
         except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            return TurnFailure(
-                ErrorReason.SERVER_ERROR.value,
-                f"{self.provider}: HTTP {response.status} with a body that is not a JSON object",
-                True,
-                http_status=response.status,
-            )
-        return data
+            problem = "the body is not JSON"
+        else:
+            if isinstance(data, dict):
+                return data
+            problem = "the reply is not a JSON object"
+        return TurnFailure(
+            ErrorReason.SERVER_ERROR.value,
+            f"{self.provider}: malformed reply: {problem} (HTTP {response.status})",
+            False,
+            http_status=response.status,
+        )
 
     async def _post_stream(
         self,
@@ -493,23 +594,16 @@ class HTTPRuntime:
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         try:
             async with self._pool.get().post(path, content, headers, timeout) as response:
+                if 300 <= response.status < 400:
+                    return self._redirect_failure(response)
                 if response.status >= 400:
-                    raw = await response.read()
-                    return failure_from_status(
-                        response.status,
-                        response.headers,
-                        raw,
-                        provider=self.provider,
-                        secrets=self._secrets(),
-                    )
-                async for event in iter_sse(response.lines()):
-                    assembler.feed(event)
-                    if assembler.failure is not None:
-                        return assembler.failure
-                    if assembler.done:
-                        break
+                    raw = await read_capped(response, self.max_reply_bytes)
+                    return self._status_failure(response, raw)
+                failure = await _feed(response, assembler, self.max_reply_bytes)
+                if failure is not None:
+                    return failure
         except Exception as exc:
-            return failure_from_exception(exc, provider=self.provider, secrets=self._secrets())
+            return self._exception_failure(exc, timeout)
         if not assembler.finished():
             return TurnFailure(
                 ErrorReason.CONNECTION.value,
@@ -525,3 +619,45 @@ class HTTPRuntime:
 
     async def run_turn(self, prompt: Any, **kwargs: Any) -> RuntimeResult:  # pragma: no cover
         raise NotImplementedError
+
+
+async def _capped(chunks: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:
+    total = 0
+    async for chunk in chunks:
+        total += len(chunk)
+        if total > limit:
+            raise ReplyTooLarge(limit)
+        yield chunk
+
+
+async def read_capped(response: Reply, limit: int) -> bytes:
+    """The whole body, refused (``ReplyTooLarge``) once it passes ``limit`` bytes."""
+    length = {k.lower(): v for k, v in response.headers.items()}.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise ReplyTooLarge(limit)
+    parts = _capped(response.chunks(), limit)
+    async with contextlib.aclosing(parts):
+        return b"".join([chunk async for chunk in parts])
+
+
+async def _feed(response: Reply, assembler: StreamAssembler, limit: int) -> TurnFailure | None:
+    """Feed a stream's events to ``assembler`` until it is done or fails.
+
+    Each generator is closed here, even when the assembler stops early: one left for the
+    garbage collector is closed by a task the event loop may never run.
+    """
+    chunks = _capped(response.chunks(), limit)
+    lines = iter_lines(chunks)
+    events = iter_sse(lines)
+    try:
+        async for event in events:
+            assembler.feed(event)
+            if assembler.failure is not None:
+                return assembler.failure
+            if assembler.done:
+                break
+    finally:
+        await events.aclose()
+        await lines.aclose()
+        await chunks.aclose()
+    return None

@@ -14,8 +14,10 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import math
+import os
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = [
+    "DEFAULT_MAX_REPLY_BYTES",
+    "DEFAULT_READ_TIMEOUT_S",
     "AiohttpClient",
     "ClientPool",
     "HTTPClient",
@@ -37,7 +41,34 @@ __all__ = [
     "iter_lines",
     "make_client",
     "request_timeout",
+    "resolve_read_timeout",
 ]
+
+#: Seconds a server may stay silent (before its first byte or between two) per attempt.
+DEFAULT_READ_TIMEOUT_S = 120.0
+#: The largest reply body read, streamed or not (10 MiB).
+DEFAULT_MAX_REPLY_BYTES = 10 * 1024 * 1024
+
+
+def resolve_read_timeout(value: float | None) -> float:
+    """``value``, else ``OPENPROGRAM_READ_TIMEOUT_S``, else 120 seconds; always finite > 0.
+
+    Without a bound, a server that accepts a connection and never answers holds a run for
+    as long as the exec allows, which with no ``timeout_s`` is forever.
+    """
+    name = "timeout_s"
+    if value is None:
+        raw = os.environ.get("OPENPROGRAM_READ_TIMEOUT_S", "").strip()
+        if not raw:
+            return DEFAULT_READ_TIMEOUT_S
+        name = "OPENPROGRAM_READ_TIMEOUT_S"
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a number > 0 (seconds), not {value!r}")
+    return float(value)
 
 
 @fast_dataclass(frozen=True)
@@ -46,7 +77,8 @@ class HTTPSettings:
 
     base_url: str
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    timeout_s: float | None = 600.0
+    #: Seconds of silence allowed while waiting for (or reading) a reply.
+    timeout_s: float | None = DEFAULT_READ_TIMEOUT_S
     connect_timeout_s: float = 10.0
     max_connections: int = 200
     max_keepalive_connections: int = 50
@@ -82,12 +114,8 @@ class Reply(Protocol):
     status: int
     headers: Mapping[str, str]
 
-    async def read(self) -> bytes:
-        """The whole body."""
-        ...
-
-    def lines(self) -> AsyncIterator[str]:
-        """The body as text lines, line endings removed (``str.splitlines`` rules)."""
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The body, piece by piece as it arrives."""
         ...
 
 
@@ -139,7 +167,7 @@ def build_client(
     )
 
 
-async def iter_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+async def iter_lines(chunks: AsyncIterator[bytes]) -> AsyncGenerator[str, None]:
     """UTF-8 text lines from a byte stream, split like ``str.splitlines`` (as httpx does)."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     pending = ""
@@ -178,11 +206,8 @@ class _AiohttpReply:
     async def __aexit__(self, *exc_info: Any) -> None:
         await self._request.__aexit__(*exc_info)
 
-    async def read(self) -> bytes:
-        return await self._response.read()
-
-    def lines(self) -> AsyncIterator[str]:
-        return iter_lines(self._response.content.iter_any())
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._response.content.iter_any()
 
 
 class AiohttpClient:
@@ -274,11 +299,8 @@ class _HttpxReply:
         self.status: int = response.status_code
         self.headers: Mapping[str, str] = response.headers
 
-    async def read(self) -> bytes:
-        return await self._response.aread()
-
-    def lines(self) -> AsyncIterator[str]:
-        return self._response.aiter_lines()
+    def chunks(self) -> AsyncIterator[bytes]:
+        return self._response.aiter_bytes()
 
 
 class HttpxClient:

@@ -26,6 +26,7 @@ from ..runtimes.protocol import (
     TurnFailure,
     Usage,
 )
+from . import _shape as shape
 from ._http import (
     HTTPRuntime,
     SSEEvent,
@@ -100,12 +101,13 @@ class AnthropicRuntime(HTTPRuntime):
         api_key: str | None = None,
         api_key_env: str | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = 600.0,
+        timeout_s: float | None = None,
         connect_timeout_s: float = 10.0,
         max_connections: int = 200,
         provider: str | None = None,
         model: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_reply_bytes: int | None = None,
         max_tokens: int | None = None,
         anthropic_version: str = API_VERSION,
         beta: Sequence[str] = (),
@@ -122,6 +124,7 @@ class AnthropicRuntime(HTTPRuntime):
             provider=provider,
             model=model,
             transport=transport,
+            max_reply_bytes=max_reply_bytes,
         )
         self.default_max_tokens = max_tokens
         self.anthropic_version = anthropic_version
@@ -176,6 +179,8 @@ class AnthropicRuntime(HTTPRuntime):
             else:
                 assembler = _EventAssembler(self.provider, on_delta)
                 outcome = await self._post_stream(self.path, body, budget, assembler, headers)
+        except shape.BadReply as exc:
+            outcome = shape.bad_reply_failure(self.provider, exc)
         except Exception as exc:  # never raise from run_turn
             outcome = TurnFailure(
                 ErrorReason.UNKNOWN.value, f"{self.provider}: {type(exc).__name__}: {exc}", False
@@ -362,19 +367,24 @@ def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
 # --- response --------------------------------------------------------------------------
 
 
-def _usage(raw: Any, into: Usage | None = None) -> Usage:
-    """Usage with ``input_tokens`` counting every input token, cached ones included."""
+def _usage(parent: Mapping[str, Any], where: str = "", into: Usage | None = None) -> Usage:
+    """``parent.usage`` with ``input_tokens`` counting every input token, cached ones
+    included."""
     usage = into or Usage()
-    if not isinstance(raw, Mapping):
-        return usage
-    if raw.get("cache_read_input_tokens") is not None:
-        usage.cache_read = int(raw["cache_read_input_tokens"])
-    if raw.get("cache_creation_input_tokens") is not None:
-        usage.cache_create = int(raw["cache_creation_input_tokens"])
-    if raw.get("input_tokens") is not None:
-        usage.input_tokens = int(raw["input_tokens"]) + usage.cache_read + usage.cache_create
-    if raw.get("output_tokens") is not None:
-        usage.output_tokens = int(raw["output_tokens"])
+    raw = shape.obj_at(parent, "usage", where)
+    where = f"{where}.usage" if where else "usage"
+    cache_read = shape.number_at(raw, "cache_read_input_tokens", where)
+    if cache_read is not None:
+        usage.cache_read = cache_read
+    cache_create = shape.number_at(raw, "cache_creation_input_tokens", where)
+    if cache_create is not None:
+        usage.cache_create = cache_create
+    input_tokens = shape.number_at(raw, "input_tokens", where)
+    if input_tokens is not None:
+        usage.input_tokens = input_tokens + usage.cache_read + usage.cache_create
+    output_tokens = shape.number_at(raw, "output_tokens", where)
+    if output_tokens is not None:
+        usage.output_tokens = output_tokens
     return usage
 
 
@@ -389,30 +399,32 @@ def _refusal(stop_reason: str | None, text: str, details: Any) -> str | None:
 def parse_message(
     data: Mapping[str, Any], runtime: AnthropicRuntime
 ) -> RuntimeResult | TurnFailure:
-    """A ``message`` body as a ``RuntimeResult``."""
+    """A ``message`` body as a ``RuntimeResult``; ``MalformedReply`` if it is not one."""
     if data.get("type") == "error" or (data.get("error") and "content" not in data):
         return failure_from_body_error(data.get("error"), provider=runtime.provider)
     text: list[str] = []
     thinking: list[str] = []
     thinking_blocks: list[dict[str, Any]] = []
     calls: list[ToolCall] = []
-    for block in data.get("content") or ():
+    for i, raw_block in enumerate(shape.list_at(data, "content")):
+        where = f"content[{i}]"
+        block = shape.obj(raw_block, where)
         kind = block.get("type")
         if kind == "text":
-            text.append(block.get("text", ""))
+            text.append(shape.str_at(block, "text", where))
         elif kind == "tool_use":
-            arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+            arguments = json.dumps(shape.obj_at(block, "input", where), ensure_ascii=False)
             calls.append(ToolCall(str(block.get("id")), str(block.get("name")), arguments))
         elif kind in ("thinking", "redacted_thinking"):
-            thinking.append(block.get("thinking", ""))
+            thinking.append(shape.str_at(block, "thinking", where))
             thinking_blocks.append(dict(block))
-    stop = data.get("stop_reason")
+    stop = shape.optional_str_at(data, "stop_reason")
     content = "".join(text)
     return RuntimeResult(
         content=content,
         tool_calls=calls,
         thinking="".join(thinking),
-        usage=_usage(data.get("usage")),
+        usage=_usage(data),
         finish_reason=_STOP_REASONS.get(stop, stop) if stop else None,
         refusal=_refusal(stop, content, data.get("stop_details")),
         metadata={
@@ -445,18 +457,20 @@ class _EventAssembler(StreamAssembler):
             return
         kind = data.get("type") or event.event
         if kind == "content_block_delta":
-            self._delta(int(data.get("index", 0)), data.get("delta") or {})
+            index = shape.integer(data.get("index"), f"{kind}.index")
+            self._delta(index, shape.obj_at(data, "delta", kind))
         elif kind == "content_block_start":
-            self._start(int(data.get("index", 0)), dict(data.get("content_block") or {}))
+            index = shape.integer(data.get("index"), f"{kind}.index")
+            self._start(index, dict(shape.obj_at(data, "content_block", kind)))
         elif kind == "message_start":
-            message = data.get("message") or {}
+            message = shape.obj_at(data, "message", kind)
             self.model, self.response_id = message.get("model"), message.get("id")
-            _usage(message.get("usage"), self.usage)
+            _usage(message, f"{kind}.message", self.usage)
         elif kind == "message_delta":
-            delta = data.get("delta") or {}
-            self.stop = delta.get("stop_reason") or self.stop
+            delta = shape.obj_at(data, "delta", kind)
+            self.stop = shape.optional_str_at(delta, "stop_reason", f"{kind}.delta") or self.stop
             self.stop_details = delta.get("stop_details") or self.stop_details
-            _usage(data.get("usage"), self.usage)
+            _usage(data, kind, self.usage)
         elif kind == "message_stop":
             self.done = True
         elif kind == "error":
@@ -475,18 +489,21 @@ class _EventAssembler(StreamAssembler):
                     {"index": ordinal, "id": block.get("id"), "name": block.get("name")},
                 )
             )
-        elif kind == "text" and block.get("text"):
-            self.on_delta(RuntimeDelta("text", block["text"]))
+        elif kind == "text":
+            text = shape.str_at(block, "text", "content_block_start.content_block")
+            if text:
+                self.on_delta(RuntimeDelta("text", text))
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> None:
         block = self.blocks.setdefault(index, {"type": "text", "text": ""})
         kind = delta.get("type")
+        where = "content_block_delta.delta"
         if kind == "text_delta":
-            text = delta.get("text", "")
+            text = shape.str_at(delta, "text", where)
             block["text"] = block.get("text", "") + text
             self.on_delta(RuntimeDelta("text", text))
         elif kind == "input_json_delta":
-            fragment = delta.get("partial_json", "")
+            fragment = shape.str_at(delta, "partial_json", where)
             self.json_parts.setdefault(index, []).append(fragment)
             if fragment:
                 meta = {
@@ -496,11 +513,12 @@ class _EventAssembler(StreamAssembler):
                 }
                 self.on_delta(RuntimeDelta("tool_call", fragment, meta))
         elif kind == "thinking_delta":
-            text = delta.get("thinking", "")
+            text = shape.str_at(delta, "thinking", where)
             block["thinking"] = block.get("thinking", "") + text
             self.on_delta(RuntimeDelta("thinking", text))
         elif kind == "signature_delta":
-            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+            signature = shape.str_at(delta, "signature", where)
+            block["signature"] = block.get("signature", "") + signature
 
     def result(self) -> RuntimeResult:
         text: list[str] = []

@@ -24,6 +24,7 @@ from ..runtimes.protocol import (
     TurnFailure,
     Usage,
 )
+from . import _shape as shape
 from ._http import (
     HTTPRuntime,
     SSEEvent,
@@ -72,12 +73,13 @@ class OpenAIRuntime(HTTPRuntime):
         api_key: str | None = None,
         api_key_env: str | None = None,
         headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = 600.0,
+        timeout_s: float | None = None,
         connect_timeout_s: float = 10.0,
         max_connections: int = 200,
         provider: str | None = None,
         model: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_reply_bytes: int | None = None,
         max_tokens_field: str | None = None,
         native_json_schema: bool = True,
         extra_body: Mapping[str, Any] | None = None,
@@ -93,6 +95,7 @@ class OpenAIRuntime(HTTPRuntime):
             provider=provider,
             model=model,
             transport=transport,
+            max_reply_bytes=max_reply_bytes,
         )
         if max_tokens_field is None:
             official = "api.openai.com" in self.base_url
@@ -140,6 +143,8 @@ class OpenAIRuntime(HTTPRuntime):
             else:
                 assembler = _ChunkAssembler(self.provider, on_delta)
                 outcome = await self._post_stream(self.path, body, budget, assembler, headers)
+        except shape.BadReply as exc:
+            outcome = shape.bad_reply_failure(self.provider, exc)
         except Exception as exc:  # never raise from run_turn
             outcome = TurnFailure(
                 ErrorReason.UNKNOWN.value,
@@ -282,14 +287,15 @@ def _response_format(spec: Mapping[str, Any]) -> dict[str, Any]:
 # --- response --------------------------------------------------------------------------
 
 
-def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, Mapping):
+def _usage(data: Mapping[str, Any]) -> Usage | None:
+    raw = shape.obj_at(data, "usage")
+    if not raw:
         return None
-    details = raw.get("prompt_tokens_details") or {}
+    details = shape.obj_at(raw, "prompt_tokens_details", "usage")
     return Usage(
-        input_tokens=int(raw.get("prompt_tokens") or 0),
-        output_tokens=int(raw.get("completion_tokens") or 0),
-        cache_read=int(details.get("cached_tokens") or 0),
+        input_tokens=shape.number_at(raw, "prompt_tokens", "usage") or 0,
+        output_tokens=shape.number_at(raw, "completion_tokens", "usage") or 0,
+        cache_read=shape.number_at(details, "cached_tokens", "usage.prompt_tokens_details") or 0,
     )
 
 
@@ -301,35 +307,45 @@ def _finish(raw: str | None, refusal: str | None) -> str | None:
     return _FINISH_REASONS.get(raw, raw)
 
 
+def _thinking(message: Mapping[str, Any]) -> str:
+    # Servers name it differently (and a few send structured reasoning): text only.
+    thinking = message.get("reasoning_content") or message.get("reasoning") or ""
+    return thinking if isinstance(thinking, str) else ""
+
+
 def parse_completion(
     data: Mapping[str, Any], runtime: OpenAIRuntime
 ) -> RuntimeResult | TurnFailure:
-    """A ``chat.completion`` body as a ``RuntimeResult``."""
-    choices = data.get("choices")
+    """A ``chat.completion`` body as a ``RuntimeResult``; ``MalformedReply`` if it is not one."""
+    choices = shape.list_at(data, "choices")
     if not choices:
         if data.get("error"):
             return failure_from_body_error(data["error"], provider=runtime.provider)
         return TurnFailure(
             ErrorReason.SERVER_ERROR.value, f"{runtime.provider}: a reply without choices", True
         )
-    choice = choices[0]
-    message = choice.get("message") or {}
-    refusal = message.get("refusal") or None
-    tool_calls = [
-        ToolCall(
-            id=str(call.get("id") or f"call_{i}"),
-            name=str((call.get("function") or {}).get("name") or ""),
-            arguments=(call.get("function") or {}).get("arguments") or "{}",
+    choice = shape.obj(choices[0], "choices[0]")
+    where = "choices[0].message"
+    message = shape.obj_at(choice, "message", "choices[0]")
+    refusal = shape.optional_str_at(message, "refusal", where) or None
+    tool_calls = []
+    for i, raw_call in enumerate(shape.list_at(message, "tool_calls", where)):
+        at = f"{where}.tool_calls[{i}]"
+        call = shape.obj(raw_call, at)
+        function = shape.obj_at(call, "function", at)
+        tool_calls.append(
+            ToolCall(
+                id=str(call.get("id") or f"call_{i}"),
+                name=shape.str_at(function, "name", f"{at}.function"),
+                arguments=shape.str_at(function, "arguments", f"{at}.function") or "{}",
+            )
         )
-        for i, call in enumerate(message.get("tool_calls") or ())
-    ]
-    thinking = message.get("reasoning_content") or message.get("reasoning") or ""
-    raw_finish = choice.get("finish_reason")
+    raw_finish = shape.optional_str_at(choice, "finish_reason", "choices[0]")
     return RuntimeResult(
-        content=message.get("content") or "",
+        content=shape.str_at(message, "content", where),
         tool_calls=tool_calls,
-        thinking=thinking if isinstance(thinking, str) else "",
-        usage=_usage(data.get("usage")),
+        thinking=_thinking(message),
+        usage=_usage(data),
         finish_reason=_finish(raw_finish, refusal),
         refusal=refusal,
         metadata={
@@ -372,37 +388,45 @@ class _ChunkAssembler(StreamAssembler):
             self.response_id = chunk.get("id")
             self.model = chunk.get("model")
         if chunk.get("usage"):
-            self.usage = _usage(chunk["usage"])
-        for choice in chunk.get("choices") or ():
+            self.usage = _usage(chunk)
+        for i, raw_choice in enumerate(shape.list_at(chunk, "choices")):
+            where = f"choices[{i}]"
+            choice = shape.obj(raw_choice, where)
             if choice.get("index", 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
-            text = delta.get("content")
+            delta = shape.obj_at(choice, "delta", where)
+            where += ".delta"
+            text = shape.str_at(delta, "content", where)
             if text:
                 self.text.append(text)
                 self.on_delta(RuntimeDelta("text", text))
-            thinking = delta.get("reasoning_content") or delta.get("reasoning")
-            if thinking and isinstance(thinking, str):
+            thinking = _thinking(delta)
+            if thinking:
                 self.thinking.append(thinking)
                 self.on_delta(RuntimeDelta("thinking", thinking))
-            if delta.get("refusal"):
-                self.refusal.append(delta["refusal"])
-            for call in delta.get("tool_calls") or ():
-                self._tool_call_delta(call)
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
+            refusal = shape.str_at(delta, "refusal", where)
+            if refusal:
+                self.refusal.append(refusal)
+            for n, call in enumerate(shape.list_at(delta, "tool_calls", where)):
+                self._tool_call_delta(shape.obj(call, f"{where}.tool_calls[{n}]"), where, n)
+            finish = shape.optional_str_at(choice, "finish_reason", f"choices[{i}]")
+            if finish:
+                self.finish = finish
 
-    def _tool_call_delta(self, call: Mapping[str, Any]) -> None:
-        index = int(call.get("index", len(self.calls)))
+    def _tool_call_delta(self, call: Mapping[str, Any], where: str, n: int) -> None:
+        at = f"{where}.tool_calls[{n}]"
+        index = shape.integer(call.get("index"), f"{at}.index", default=len(self.calls))
         slot = self.calls.get(index)
         if slot is None:
             slot = self.calls[index] = ["", ""]
-        function = call.get("function") or {}
-        if call.get("id"):
-            slot[0] = call["id"]
-        if function.get("name"):
-            slot[1] += function["name"]
-        fragment = function.get("arguments") or ""
+        function = shape.obj_at(call, "function", at)
+        call_id = shape.str_at(call, "id", at)
+        if call_id:
+            slot[0] = call_id
+        name = shape.str_at(function, "name", f"{at}.function")
+        if name:
+            slot[1] += name
+        fragment = shape.str_at(function, "arguments", f"{at}.function")
         if fragment:
             slot.append(fragment)
         self.on_delta(

@@ -1,0 +1,115 @@
+"""Reading a provider's JSON reply defensively: what is malformed, said by its path.
+
+A server that is not quite the one configured (a proxy, a half-compatible local server)
+sends replies of the wrong shape. The wire formats read them through these accessors, so
+the user is told ``choices[0].message is not an object`` instead of a Python
+``AttributeError``. A missing or null field reads as empty; a field of the wrong type is a
+``MalformedReply``. Such replies, and replies larger than allowed, are not retried: the
+same server sends the same reply again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import ErrorReason
+from ..runtimes.protocol import TurnFailure
+
+__all__ = [
+    "BadReply",
+    "MalformedReply",
+    "ReplyTooLarge",
+    "bad_reply_failure",
+    "integer",
+    "list_at",
+    "number_at",
+    "obj",
+    "obj_at",
+    "optional_str_at",
+    "str_at",
+]
+
+
+class BadReply(Exception):
+    """A reply that cannot be used; the message says why."""
+
+
+class MalformedReply(BadReply):
+    """A reply whose JSON does not have the wire format's shape."""
+
+    def __init__(self, path: str, expected: str) -> None:
+        super().__init__(f"malformed reply: {path} is not {expected}")
+
+
+class ReplyTooLarge(BadReply):
+    """A reply body longer than the provider's ``max_reply_bytes``."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the reply is larger than {limit} bytes (max_reply_bytes)")
+
+
+def bad_reply_failure(provider: str, exc: BadReply) -> TurnFailure:
+    """The final failure for a reply that cannot be used."""
+    return TurnFailure(ErrorReason.SERVER_ERROR.value, f"{provider}: {exc}", False)
+
+
+def _path(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def obj(value: Any, path: str) -> Mapping[str, Any]:
+    """``value`` as an object (a null reads as empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise MalformedReply(path, "an object")
+    return value
+
+
+def obj_at(parent: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any]:
+    """The object at ``parent[key]``; empty when missing."""
+    return obj(parent.get(key), _path(where, key))
+
+
+def list_at(parent: Mapping[str, Any], key: str, where: str = "") -> list[Any]:
+    """The list at ``parent[key]``; empty when missing."""
+    value = parent.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise MalformedReply(_path(where, key), "a list")
+    return value
+
+
+def str_at(parent: Mapping[str, Any], key: str, where: str = "") -> str:
+    """The string at ``parent[key]``; "" when missing."""
+    return optional_str_at(parent, key, where) or ""
+
+
+def optional_str_at(parent: Mapping[str, Any], key: str, where: str = "") -> str | None:
+    """The string at ``parent[key]``, or None when missing."""
+    value = parent.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise MalformedReply(_path(where, key), "a string")
+
+
+def integer(value: Any, path: str, default: int = 0) -> int:
+    """``value`` as an int (a null reads as ``default``)."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MalformedReply(path, "an integer")
+    return value
+
+
+def number_at(parent: Mapping[str, Any], key: str, where: str = "") -> int | None:
+    """A token count at ``parent[key]`` (an int, or a float some servers send), or None."""
+    value = parent.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise MalformedReply(_path(where, key), "a number")
+    return int(value)
