@@ -167,11 +167,16 @@ def _text_rules() -> tuple[tuple[re.Pattern[str], str, bool], ...]:
 
 
 def classify_error_text(text: str) -> TurnFailure:
-    """Classify an error known only by its text. Unknown errors count as transient."""
+    """Classify an error known only by its text.
+
+    Only errors known to be transient are retried: an unrecognised one is far more often a
+    deterministic fault (a bad pattern, a bug) than a flaky network, and retrying it six
+    times only delays the same error by a minute.
+    """
     for pattern, reason, retryable in _text_rules():
         if pattern.search(text):
             return TurnFailure(reason=reason, message=text, retryable=retryable)
-    return TurnFailure(reason=ErrorReason.UNKNOWN.value, message=text, retryable=True)
+    return TurnFailure(reason=ErrorReason.UNKNOWN.value, message=text, retryable=False)
 
 
 def _int_attr(obj: object, *names: str) -> int | None:

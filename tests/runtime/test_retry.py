@@ -252,7 +252,7 @@ def test_call_function_http_errors_follow_the_rules(clock: FakeClock) -> None:
     [
         ("HTTP 503 Service Unavailable", True),
         ("connection reset by peer", True),
-        ("something odd happened", True),
+        ("something odd happened", False),
         ("HTTP 401: invalid api key", False),
         ("insufficient_quota: you exceeded your current quota", False),
         ("400 Bad Request: unknown field", False),
