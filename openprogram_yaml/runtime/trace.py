@@ -188,9 +188,26 @@ class SessionTrace:
         return [n for n in self.nodes if n.parent_id == node_id]
 
     def to_jsonl(self) -> str:
-        return "".join(
-            json.dumps(n.to_dict(), ensure_ascii=False, default=repr) + "\n" for n in self.nodes
-        )
+        """One JSON object per node.
+
+        A span that returns what its child returned (a run its method's output, a method
+        its exec's) writes ``"output": null, "output_of": CHILD_ID`` instead of a copy: a
+        long reply is written once, not once per level. ``read_jsonl`` restores it.
+        """
+        by_id = {node.id: node for node in self.nodes}
+        copied_from: dict[str, str] = {}
+        for node in self.nodes:
+            parent = by_id.get(node.parent_id) if node.parent_id is not None else None
+            if parent is not None and node.output is not None and parent.output is node.output:
+                copied_from.setdefault(parent.id, node.id)
+        lines = []
+        for node in self.nodes:
+            raw = node.to_dict()
+            if node.id in copied_from:
+                raw["output"] = None
+                raw["output_of"] = copied_from[node.id]
+            lines.append(json.dumps(raw, ensure_ascii=False, default=repr) + "\n")
+        return "".join(lines)
 
     def write_jsonl(self, target: str | os.PathLike[str] | IO[str]) -> None:
         """Write every node, one JSON object per line."""
@@ -210,5 +227,12 @@ class SessionTrace:
         else:
             text = source.read()
         trace = cls()
-        trace.nodes = [TraceNode.from_dict(json.loads(line)) for line in text.splitlines() if line]
+        raws = [json.loads(line) for line in text.splitlines() if line]
+        trace.nodes = [TraceNode.from_dict(raw) for raw in raws]
+        by_id = {node.id: node for node in trace.nodes}
+        # Children follow their parents: resolving from the end fills a chain in one pass.
+        for raw, node in reversed(list(zip(raws, trace.nodes, strict=True))):
+            child = by_id.get(str(raw.get("output_of")))
+            if child is not None:
+                node.output = child.output
         return trace
