@@ -26,7 +26,7 @@ Run a method of a YAML agent:
   openprogram-run PATH [METHOD] [-i NAME=VALUE]... [--input-json JSON|@FILE]
                   [--model PROVIDER:MODEL] [--json] [--trace FILE]
                   [--records FILE] [--record DIR | --replay DIR] [--watch]
-                  [--live-tools]
+                  [--live-tools] [--quiet]
   PATH is an agent file or a project folder (with openprogram.yaml); in a project,
   METHOD may be AGENT.METHOD. --watch re-runs with the same inputs whenever a file
   of the agent changes. Under the offline `test` model no http or command tool runs

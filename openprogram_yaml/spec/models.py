@@ -559,7 +559,8 @@ class ProviderSpec(_Spec):
     """Extra HTTP headers; values may use ${env:…} and are kept secret."""
 
     timeout_s: Annotated[float, Field(gt=0)] | None = None
-    """Seconds one HTTP request may take."""
+    """Seconds the server may stay silent (before its first byte or between two) before an
+    attempt fails. Unset: OPENPROGRAM_READ_TIMEOUT_S, else 120."""
 
     options: dict[str, Any] = Field(default_factory=dict)
     """Further options for the runtime."""
