@@ -22,7 +22,13 @@ import stat
 import tempfile
 from pathlib import Path
 
-__all__ = ["append_lines", "unwritable_file", "unwritable_folder", "write_atomically"]
+__all__ = [
+    "append_lines",
+    "cannot_write",
+    "unwritable_file",
+    "unwritable_folder",
+    "write_atomically",
+]
 
 
 def write_atomically(
@@ -123,6 +129,11 @@ def append_lines(path: str | os.PathLike[str], text: str) -> None:
             os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def cannot_write(path: str | os.PathLike[str], exc: OSError) -> str:
+    """The one line that says a write failed: ``error: cannot write PATH: reason``."""
+    return f"error: cannot write {os.fspath(path)}: {exc.strerror or exc}"
 
 
 def unwritable_file(path: Path) -> str | None:

@@ -299,7 +299,9 @@ def _wrote(path: Path, write: Callable[[], None]) -> bool:
     try:
         write()
     except OSError as exc:
-        _emit(sys.stderr, f"error: cannot write {path}: {exc.strerror or exc}")
+        from .._file_writes import cannot_write
+
+        _emit(sys.stderr, cannot_write(path, exc))
         return False
     return True
 
@@ -420,6 +422,10 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         help="time a request's body may take to arrive (default: %(default)s)",
     )
     args = p.parse_args(argv)
+    unwritable = _unwritable_outputs(args)
+    if unwritable is not None:
+        _emit(sys.stderr, unwritable)
+        return 2
     import asyncio
 
     from .serve import serve_path
@@ -586,7 +592,9 @@ def _cmd_lock(argv: Sequence[str]) -> int:
     try:
         target = write_lock(program)
     except OSError as exc:
-        _emit(sys.stderr, f"error: cannot write {exc.filename}: {exc.strerror or exc}")
+        from .._file_writes import cannot_write
+
+        _emit(sys.stderr, cannot_write(exc.filename, exc))
         return 1
     count = sum(len(a.methods) for a in program.agents.values())
     _emit(sys.stdout, f"wrote {target} ({count} methods)")

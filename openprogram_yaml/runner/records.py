@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
-from .._file_writes import append_lines
+from .._file_writes import append_lines, cannot_write
 from ..compile.program import DEFAULT_MAX_STEPS, Agent, Program, RunState
 from ..errors import OpenProgramError, UsageError
 from ..redaction import env_secrets, redact, secrets_in_options
@@ -422,7 +423,11 @@ class RunService:
             tool_gate=ToolGate(live_tools=self.live_tools),
         )
         if self.records is not None:
-            self.records.append(record)
+            try:
+                self.records.append(record)
+            except OSError as exc:
+                # The run's answer still reaches its caller; the lost record is said once.
+                print(cannot_write(self.records.path, exc), file=sys.stderr)
         for listener in self.listeners:
             listener(record)
         return record

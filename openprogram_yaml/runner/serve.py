@@ -36,6 +36,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from openprogram_yaml._fast_dataclass import fast_dataclass
 
+from .._file_writes import cannot_write
 from ..compile.program import Method, Program
 from ..errors import ConfigError, Diagnostic, UsageError
 from .records import RecordLog, RunRecord, RunService, append_trace, redact, run_secrets
@@ -694,7 +695,10 @@ async def watch_and_run(
                 task = service.start(agent, found.name, inputs, model=model, trace=session)
                 await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 if task.done() and session is not None and trace is not None:
-                    append_trace(trace, session, task.result().secrets)
+                    try:
+                        append_trace(trace, session, task.result().secrets)
+                    except OSError as exc:
+                        say(cannot_write(trace, exc))
             await service.shutdown(grace_s, force)
     finally:
         stopping.cancel()

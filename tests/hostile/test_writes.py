@@ -21,6 +21,8 @@ from loopback import LoopbackServer, Reply, Request, status_reply
 
 from openprogram_yaml.runner.cli import main
 
+#: ``openprogram-run`` in a child process.
+CLI = [sys.executable, "-m", "openprogram_yaml"]
 #: Generous: the child process starts Python and compiles the agent first.
 EVENT_TIMEOUT_S = 30.0
 
@@ -85,7 +87,7 @@ def test_a_lock_is_replaced_not_rewritten_in_place(tmp_path: Path, capsys) -> No
     lock.write_text('{"version": 1, "prompts": {"echo.say": "old"}}\n', encoding="utf-8")
     lock.chmod(0o640)
     with lock.open(encoding="utf-8") as reader:
-        code, out, _ = run(capsys, "lock", str(path))
+        code, _out, _ = run(capsys, "lock", str(path))
         assert code == 0
         assert json.loads(reader.read())["prompts"] == {"echo.say": "old"}
     assert json.loads(lock.read_text())["prompts"]["echo.say"] != "old"
@@ -133,7 +135,7 @@ def test_an_append_after_a_torn_last_line_starts_a_line_of_its_own(
     log = tmp_path / "log.jsonl"
     torn = '{"id": "a run cut short by a full disk", "sta'
     log.write_text('{"id": "whole"}\n' + torn, encoding="utf-8")
-    code, out, err = run(capsys, str(path), "-i", "x=hi", option, str(log))
+    code, _out, err = run(capsys, str(path), "-i", "x=hi", option, str(log))
     assert code == 0, err
     lines = log.read_text(encoding="utf-8").splitlines()
     assert lines[:2] == ['{"id": "whole"}', torn]
@@ -242,8 +244,7 @@ def test_a_signal_mid_run_leaves_its_trace_and_an_interrupted_record(
         path = tmp_path / "echo.yaml"
         path.write_text(SERVED_AGENT % server.url, encoding="utf-8")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "openprogram_yaml", str(path), "-i", "x=hi"]
-            + ["--records", str(records), "--trace", str(trace)],
+            [*CLI, str(path), "-i", "x=hi", "--records", str(records), "--trace", str(trace)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -266,3 +267,52 @@ def test_a_signal_mid_run_leaves_its_trace_and_an_interrupted_record(
     nodes = [json.loads(line) for line in trace.read_text().splitlines()]
     [root] = [n for n in nodes if n.get("kind") == "run"]
     assert root["name"] == "echo.say" and root["status"] == "error"
+
+
+# --- serve and --watch -----------------------------------------------------------------------
+
+
+def test_serve_checks_its_records_path_before_serving(tmp_path: Path) -> None:
+    path = agent(tmp_path)
+    proc = subprocess.run(
+        [*CLI, "serve", str(path), "--port", "0", "--records", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=EVENT_TIMEOUT_S,
+    )
+    assert proc.returncode == 2
+    assert (
+        proc.stderr == f"error: cannot write {tmp_path} (--records): is a folder; nothing was run\n"
+    )
+
+
+@pytest.mark.parametrize("option", ["--records", "--trace"])
+def test_watch_says_a_write_failed_and_keeps_running(tmp_path: Path, option: str) -> None:
+    path = agent(tmp_path)
+    proc = subprocess.Popen(
+        [*CLI, str(path), "-i", "x=hi", "--watch", option, "/dev/full"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    watchdog = threading.Timer(EVENT_TIMEOUT_S, proc.kill)  # reads below never block for good
+    watchdog.start()
+    try:
+        assert proc.stdout.readline() == "test reply to: p hi\n"
+        seen = ""
+        while "cannot write" not in seen:
+            line = proc.stderr.readline()
+            assert line, seen
+            seen += line
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=EVENT_TIMEOUT_S)
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "error: cannot write /dev/full: No space left on device\n" in seen
+    assert "Traceback" not in seen + err
+    assert proc.returncode == 0
