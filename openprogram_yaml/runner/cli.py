@@ -184,9 +184,7 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any
 
 def _cmd_run(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
-    unwritable = _unwritable_outputs(args)
-    if unwritable is not None:
-        _emit(sys.stderr, unwritable)
+    if _refused_outputs(args):
         return 2
     if args.watch:
         return _cmd_watch(args)
@@ -306,10 +304,10 @@ def _wrote(path: Path, write: Callable[[], None]) -> bool:
     return True
 
 
-def _unwritable_outputs(args: argparse.Namespace) -> str | None:
-    """Why a file the command keeps (``--trace``, ``--records``, ``--record``) could not be
-    written, as a line to print; None when all can. Checked before anything runs, so that
-    a mistyped path costs no run."""
+def _refused_outputs(args: argparse.Namespace) -> bool:
+    """Whether a file the command keeps (``--trace``, ``--records``, ``--record``) could not
+    be written, after saying why. Checked before anything runs, so that a mistyped path
+    costs no run."""
     from .._file_writes import unwritable_file, unwritable_folder
 
     checks = [
@@ -321,8 +319,9 @@ def _unwritable_outputs(args: argparse.Namespace) -> str | None:
     for option, path, problem in checks:
         reason = problem(path) if path is not None else None
         if reason is not None:
-            return f"error: cannot write {path} ({option}): {reason}; nothing was run"
-    return None
+            _emit(sys.stderr, f"error: cannot write {path} ({option}): {reason}; nothing was run")
+            return True
+    return False
 
 
 def _not_run_note(not_run: list[dict[str, str]]) -> str:
@@ -422,9 +421,7 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         help="time a request's body may take to arrive (default: %(default)s)",
     )
     args = p.parse_args(argv)
-    unwritable = _unwritable_outputs(args)
-    if unwritable is not None:
-        _emit(sys.stderr, unwritable)
+    if _refused_outputs(args):
         return 2
     import asyncio
 
@@ -625,6 +622,8 @@ def _cmd_test(argv: Sequence[str]) -> int:
     p.add_argument("--replay", metavar="DIR", type=Path, help="answer from recordings in DIR")
     p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
     args = p.parse_args(argv)
+    if _refused_outputs(args):
+        return 2
     import asyncio
 
     from ..compile.project import compile_path

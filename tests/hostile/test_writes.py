@@ -316,3 +316,11 @@ def test_watch_says_a_write_failed_and_keeps_running(tmp_path: Path, option: str
     assert "error: cannot write /dev/full: No space left on device\n" in seen
     assert "Traceback" not in seen + err
     assert proc.returncode == 0
+
+
+def test_the_test_command_checks_its_record_folder_first(tmp_path: Path, capsys) -> None:
+    path = agent(tmp_path)
+    code, out, err = run(capsys, "test", str(path), "--record", str(path))
+    assert code == 2
+    assert out == ""
+    assert err == f"error: cannot write {path} (--record): is not a folder; nothing was run\n"
