@@ -42,6 +42,12 @@ tools:
       method: POST
       url: "%(url)s/refund/{{ id }}"
       headers: {Authorization: "Bearer ${env:SHOP_TOKEN}"}
+  helper:
+    description: The only_file method, called as a tool.
+    method: only_file
+  count:
+    description: Project code.
+    python: shop_tools:count
 methods:
   go:
     inputs: {ticket: {type: string}}
@@ -50,8 +56,13 @@ methods:
     inputs: {ticket: {type: string}}
     prompt: "Handle: {{ ticket }}"
     toolset: files
+  delegate:
+    inputs: {ticket: {type: string}}
+    prompt: "Ask the helper: {{ ticket }}"
+    toolset: helpers
 toolsets:
   files: {tools: [make_file]}
+  helpers: {tools: [helper, count]}
 %(tests)s"""
 
 
@@ -61,6 +72,14 @@ def _shop_token(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _agent(tmp_path: Path, url: str = "http://127.0.0.1:9", tests: str = "") -> Path:
+    # A python tool is project code: it runs offline (it leaves a file to show it ran).
+    (tmp_path / "shop_tools.py").write_text(
+        "from pathlib import Path\n\n\n"
+        "def count(text: str) -> int:\n"
+        '    """Count words."""\n'
+        "    Path(__file__).with_name('counted.txt').write_text(text)\n"
+        "    return len(text.split())\n"
+    )
     path = tmp_path / "shop.yaml"
     path.write_text(
         AGENT % {"python": json.dumps(sys.executable), "url": url, "tests": tests},
@@ -169,6 +188,19 @@ def test_runs_started_by_serve_and_watch_are_offline_by_default(tmp_path) -> Non
     assert not (tmp_path / "made.txt").exists()
     assert asyncio.run(go(RunService(current, live_tools=True))) == []
     assert (tmp_path / "made.txt").exists()
+
+
+def test_methods_called_as_tools_run_and_their_calls_are_gated_too(tmp_path, capsys) -> None:
+    code = main([str(_agent(tmp_path)), "delegate", "-i", "ticket=hi", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    record = json.loads(captured.out)
+    # The method ran (its own model turn called make_file), the python tool ran, and the
+    # command tool the method was offered did not.
+    assert record["tools_not_run"] == [{"name": "make_file", "reason": "offline"}]
+    assert not (tmp_path / "made.txt").exists()
+    assert (tmp_path / "counted.txt").exists()
+    assert "count: 1" in record["output"]
 
 
 # --- openprogram-run test ---------------------------------------------------------------
@@ -357,7 +389,8 @@ tests:
     agent = _agent(tmp_path, tests=tests.replace('{when: {order: "1"}, ', "{raises: boom, "))
     assert main(["check", str(agent)]) == 2
     err = capsys.readouterr().err
-    assert f"{agent}:40:11: error:" in err
+    line = agent.read_text().splitlines().index("        - {raises: boom, returns: ok}") + 1
+    assert f"{agent}:{line}:11: error:" in err
     assert "a tool double gives either 'returns' or 'raises' (not both)" in err
 
 
