@@ -208,8 +208,8 @@ class AgentToolSpec(_Spec):
     """Output beyond this many bytes is cut (http: 1 MB, command: 64 KB by default)."""
 
     ok_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = None
-    """Exit codes of a `command` tool that are a normal result (default [0]); e.g. [0, 1]
-    for grep, which exits 1 when nothing matches."""
+    """Exit codes of a `command` tool that are a normal result (0 always is), e.g. [0, 1]
+    for grep, which exits 1 when nothing matches; any other is a failure."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
