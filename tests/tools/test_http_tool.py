@@ -175,6 +175,34 @@ def test_arguments_failing_the_schema_send_nothing(
     assert server.requests == []
 
 
+def test_a_templated_host_must_be_one_of_the_declared_hosts(
+    server: LoopbackServer, make: Callable[..., HttpTool]
+) -> None:
+    server.add(json_reply({"ok": True}))
+    port = server.url.rsplit(":", 1)[1]
+    tool = make(f"http://{{{{ target }}}}:{port}/orders", hosts=["127.0.0.*:" + port])
+    assert run(tool, order_id="x", target="127.0.0.1") == {"ok": True}
+    for target in ("localhost", "127.0.0.1:1@127.0.0.1"):
+        with pytest.raises(ToolError, match="refused"):
+            run(tool, order_id="x", target=target)
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "hosts", "message"),
+    [
+        ("https://a.example.com/{{ order_id }}", ["*.example.org"], "not one of its 'hosts'"),
+        ("https://{{ target }}/x", ["api.example.com/x"], "is not a host"),
+        ("https://{{ target }}/x", [], "or list the hosts the tool may reach"),
+    ],
+)
+def test_hosts_that_cannot_match_are_build_errors(
+    make: Callable[..., HttpTool], url: str, hosts: list[str], message: str
+) -> None:
+    with pytest.raises(ToolBuildError, match=message):
+        make(url, hosts=hosts)
+
+
 def test_unknown_method_is_a_build_error(make: Callable[..., HttpTool]) -> None:
     with pytest.raises(ToolBuildError, match="unknown HTTP method 'FETCH'") as info:
         make("http://127.0.0.1/", method="FETCH")
