@@ -92,6 +92,8 @@ class _Request:
 
 @fast_dataclass(frozen=True)
 class _Head:
+    """A request's line and headers; the body is read after them, under its own deadline."""
+
     method: str
     target: str
     version: str
