@@ -2,7 +2,9 @@
 
 The cache is keyed by the schema object's identity (it keeps the object alive, so the id
 cannot be reused) with a fallback on its canonical JSON, so that a schema rebuilt per call
-as an equal literal still hits. Schemas are treated as immutable once used.
+as an equal literal still hits. Schemas are treated as immutable once used. A schema with a
+key that is not a string (YAML reads ``{1: …}`` as a number) has no canonical JSON (it
+would read like ``{"1": …}``, which validates differently), so only its identity is kept.
 """
 
 from __future__ import annotations
@@ -23,6 +25,14 @@ _by_text: dict[str, SchemaValidator] = {}
 _lock = threading.Lock()
 
 
+def _text_keys_only(value: Any) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _text_keys_only(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_text_keys_only(v) for v in value)
+    return True
+
+
 def validator_for(schema: Mapping[str, Any] | bool, *, what: str = "schema") -> SchemaValidator:
     """A validator for ``schema``; ``StructuredOutputSchemaError`` if it is not a valid schema."""
     hit = _by_id.get(id(schema))
@@ -34,7 +44,8 @@ def validator_for(schema: Mapping[str, Any] | bool, *, what: str = "schema") -> 
         raise StructuredOutputSchemaError(
             f"the {what} is not JSON-serialisable", issues=[str(exc)]
         ) from exc
-    validator = _by_text.get(key)
+    text_key = key if _text_keys_only(schema) else None
+    validator = _by_text.get(text_key) if text_key is not None else None
     if validator is None:
         issues = check_schema(schema)
         if issues:
@@ -48,5 +59,6 @@ def validator_for(schema: Mapping[str, Any] | bool, *, what: str = "schema") -> 
         if len(_by_text) >= _MAX_ENTRIES:
             _by_text.clear()
         _by_id[id(schema)] = (schema, validator)
-        _by_text[key] = validator
+        if text_key is not None:
+            _by_text[text_key] = validator
     return validator

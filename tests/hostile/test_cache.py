@@ -455,3 +455,13 @@ def test_planted_template_code_is_not_read(
     run_in_a_new_process(agent)
     # The control shows the plant works where the checks let it through.
     assert marker.exists() == (how == "control")
+
+
+def test_the_validator_cache_tells_a_number_key_from_a_text_key() -> None:
+    # YAML reads `properties: {1: …}` with a number key: JSON writes it as "1", so a cache
+    # keyed by JSON text served one schema's validator for the other.
+    by_number = validator_for({"type": "object", "properties": {1: {"type": "string"}}})
+    by_text = validator_for({"type": "object", "properties": {"1": {"type": "string"}}})
+    library = jsonschema.Draft202012Validator({"properties": {"1": {"type": "string"}}})
+    assert by_text.errors({"1": 5}) != [] and not library.is_valid({"1": 5})
+    assert by_number.errors({"1": 5}) == []  # as jsonschema: no property is called 1
