@@ -204,7 +204,8 @@ def load_python_tool(
             f"python tool {ref!r}: {exc.filename}:{exc.lineno}: syntax error: {exc.msg}",
             field="python",
         ) from exc
-    except Exception as exc:  # importing user code may raise anything; report, don't crash
+    # Importing user code may raise anything, SystemExit included; report, don't crash.
+    except (Exception, SystemExit) as exc:
         raise ToolBuildError(
             f"python tool {ref!r}: importing {module_name!r} failed: {type(exc).__name__}: {exc}",
             field="python",

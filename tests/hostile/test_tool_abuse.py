@@ -340,3 +340,19 @@ def test_grep_finding_nothing_is_a_normal_result_when_exit_1_is_declared_ok(
         call(strict, query="absent")
     with pytest.raises(ToolError, match="exited with code 2"):
         call(tool, query="[")  # grep's own error is still a failure
+
+
+def test_a_tool_module_that_exits_at_import_is_a_positioned_error(
+    tmp_path: Path, capsys: Any
+) -> None:
+    name = f"quitter_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("import sys\nsys.exit(3)\n", encoding="utf-8")
+    path = agent_file(tmp_path, f"run:\n  python: {name}:run\n", project="")
+    try:
+        code, out = check(path, capsys)
+    finally:
+        sys.modules.pop(name, None)
+    assert code == 2, out
+    line, column = position_of(name, path)
+    assert re.search(rf"agent\.yaml:{line}:{column}: error: .*SystemExit", out), out
+    assert "Traceback" not in out
