@@ -17,6 +17,7 @@ from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument, PartialDocument
 from ..spec.models import AgentSpec, ExecOptionsSpec, MethodSpec, built
 from ..spec.positions import TextOrigin
+from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
 from .paths import display_path, resolve_inside
@@ -68,15 +69,16 @@ def _template(
         if target is None:
             col.at(source, file_loc, str(problem))
             return None
-        if not target.is_file():
-            col.at(source, file_loc, f"'{file_ref}': no such file ({target})")
+        try:
+            text = read_text(target, str(display_path(target)))
+        except UnreadableFile as exc:
+            if exc.inside:
+                col.files.add(target)
+                col.diagnostics.extend(exc.diagnostics)
+            else:
+                col.at(source, file_loc, f"'{file_ref}': {exc.reason} ({target})")
             return None
         col.files.add(target)
-        try:
-            text = target.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            col.at(source, file_loc, f"cannot read '{file_ref}': {exc}")
-            return None
         origin = TextOrigin(str(display_path(target)), 1, 1, "file")
     else:
         assert inline is not None

@@ -15,6 +15,7 @@ __all__ = [
     "display_path",
     "find_project_root",
     "glob_files",
+    "glob_problem",
     "project_root_lookups",
     "resolve_inside",
 ]
@@ -66,6 +67,18 @@ def resolve_inside(base_file: Path, relative: str, root: Path) -> tuple[Path | N
     if not resolved.is_relative_to(root):
         return None, f"'{relative}' leaves the project root {root}; keep files inside it"
     return resolved, None
+
+
+def glob_problem(pattern: str, base_file: Path) -> str | None:
+    """Why ``pattern`` may not be globbed under the project, or None.
+
+    Checked before globbing: ``/**/*.yaml`` would walk the whole machine.
+    """
+    if os.path.isabs(pattern) or pattern.startswith("~"):
+        return f"'{pattern}' is absolute; write the pattern relative to {base_file.name}"
+    if ".." in pattern.replace("\\", "/").split("/"):
+        return f"'{pattern}' leaves the project with '..'; match only files inside it"
+    return None
 
 
 def display_path(path: Path) -> Path:

@@ -31,6 +31,7 @@ from .paths import (
     display_path,
     find_project_root,
     glob_files,
+    glob_problem,
     project_root_lookups,
     resolve_inside,
 )
@@ -72,20 +73,27 @@ def load_project(
         return tuple(found)
 
     globs: list[tuple[str, tuple[Path, ...]]] = []
-    agents: dict[Path, None] = {}  # ordered, and a set: globs may overlap
-    for i, pattern in enumerate(spec.agents):
-        matched = glob_files(root, pattern)
-        globs.append((pattern, tuple(matched)))
-        if not matched:
-            col.at(source, ("agents", i), f"'{pattern}' matches no file under {root}")
-        agents.update((m, None) for m in matched if m.name != PROJECT_FILE)
-    test_files: dict[Path, None] = {}
-    for i, pattern in enumerate(spec.tests):
-        matched = glob_files(root, pattern)
-        globs.append((pattern, tuple(matched)))
-        if not matched:
-            col.at(source, ("tests", i), f"'{pattern}' matches no file under {root}")
-        test_files.update((m, None) for m in matched)
+
+    def matching(key: str, patterns: list[str]) -> dict[Path, None]:
+        found: dict[Path, None] = {}  # ordered, and a set: globs may overlap
+        for i, pattern in enumerate(patterns):
+            problem = glob_problem(pattern, path)
+            if problem is not None:
+                col.at(source, (key, i), problem)
+                continue
+            matched = glob_files(root, pattern)
+            globs.append((pattern, tuple(matched)))
+            if not matched:
+                col.at(source, (key, i), f"'{pattern}' matches no file under {root}")
+            for m in matched:
+                if m.is_relative_to(root):
+                    found[m] = None
+                else:  # through a symlink
+                    col.at(source, (key, i), f"'{pattern}' matches {m}, outside the project")
+        return found
+
+    agents = {m: None for m in matching("agents", spec.agents) if m.name != PROJECT_FILE}
+    test_files = matching("tests", spec.tests)
     recordings = None
     if spec.recordings is not None:
         target, problem = resolve_inside(path, spec.recordings, root)

@@ -22,6 +22,7 @@ from openprogram_yaml._fast_dataclass import fast_dataclass
 from ..errors import Diagnostic
 from ..runtime.validation import keyword_mistakes, schema_issues
 from ..spec.positions import Position
+from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap, load_yaml_text
 from .paths import resolve_inside
 
@@ -89,12 +90,16 @@ class _Bundler:
     def load(self, path: Path, pos: Position) -> tuple[Any, SourceMap | None]:
         if path in self._cache:
             return self._cache[path], None
-        self.out.files.add(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            self.error(pos, f"cannot read schema file {path.name}: {exc.strerror or exc}")
+            text = read_text(path)
+        except UnreadableFile as exc:
+            if exc.inside:
+                self.out.files.add(path)
+                self.out.diagnostics.extend(exc.diagnostics)
+            else:
+                self.error(pos, f"cannot read schema file {path.name}: {exc.reason}")
             return None, None
+        self.out.files.add(path)
         source: SourceMap | None = None
         try:
             if path.suffix == ".json":
@@ -199,6 +204,9 @@ class _Bundler:
         if target in stack:
             chain = " -> ".join(p.name for p in (*stack, target))
             self.error(pos, f"$ref cycle between schema files: {chain}; use $defs for recursion")
+            return None
+        if target.exists() and not target.is_file():
+            self.error(pos, f"$ref '{ref}': {target} is not a regular file")
             return None
         if not target.is_file():
             found = self.find_in_schema_folders(file_part)

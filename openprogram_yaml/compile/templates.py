@@ -48,6 +48,7 @@ from openprogram_yaml.compile.paths import display_path
 from openprogram_yaml.compile.rendering import CompiledTemplate, TemplateRenderError
 from openprogram_yaml.errors import ConfigError, Diagnostic
 from openprogram_yaml.spec.positions import TextOrigin
+from openprogram_yaml.spec.textfile import UnreadableFile, read_text
 
 if TYPE_CHECKING:
     from openprogram_yaml.compile import _jinja, _jinja_analysis
@@ -372,6 +373,8 @@ class TemplateEngine:
         candidates = [base_dir / name] if relative else [f / name for f in self.search_paths]
         for candidate in candidates:
             if not candidate.is_file():
+                if candidate.exists() and not candidate.is_dir():
+                    return _Unresolved(f"template {name!r} ({candidate}) is not a regular file")
                 continue
             real = candidate.resolve()
             if not any(real.is_relative_to(folder) for folder in self._real_folders):
@@ -402,9 +405,11 @@ class TemplateEngine:
             return cached
         origin = TextOrigin(_display_str(path), 1, 1, "file")
         try:
-            source = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problem = Diagnostic(origin.path, 0, 0, f"cannot read template: {exc}")
+            source = read_text(path, origin.path)
+        except UnreadableFile as exc:
+            (problem,) = exc.diagnostics
+            if not exc.inside:
+                problem = Diagnostic(origin.path, 0, 0, f"cannot read template: {exc.reason}")
             return _FileEntry(stamp, "", None, (problem,))
         analysis, problems = self._parse(source, str(path), origin)
         entry = _FileEntry(stamp, source, analysis, problems)

@@ -18,6 +18,7 @@ from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
 from .positions import Position, TextOrigin
+from .textfile import read_text
 
 __all__ = ["LoadedYAML", "Loc", "SourceMap", "load_yaml_file", "load_yaml_text"]
 
@@ -25,6 +26,9 @@ Loc = tuple[str | int, ...]
 
 #: Aliases may repeat a node, but the expanded document stays bounded (no alias bombs).
 MAX_EXPANDED_NODES = 100_000
+#: Lists and mappings nest at most this deep: everything downstream (env expansion, schema
+#: bundling, JSON Schema checks) walks documents recursively, within Python's stack.
+MAX_DEPTH = 100
 
 
 @fast_dataclass
@@ -127,6 +131,9 @@ class _Converter:
         self.loader = loader
         self.diagnostics: list[Diagnostic] = []
         self.expanded = 0
+        # Lists and mappings met so far, by id: one met twice came through an alias.
+        self.collections: set[int] = set()
+        self.aliased = False
 
     def error(self, pos: Position, message: str) -> None:
         self.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
@@ -137,7 +144,10 @@ class _Converter:
         self.expanded += 1
         mark = node.start_mark
         if self.expanded > MAX_EXPANDED_NODES:
-            raise _TooLarge(_pos(self.source.path, mark))
+            raise _Stop(_pos(self.source.path, mark), self._too_large())
+        if len(loc) > MAX_DEPTH:
+            message = f"the document nests too deeply (more than {MAX_DEPTH} levels)"
+            raise _Stop(_pos(self.source.path, mark), message)
         self.source.values.setdefault(loc, (mark.line + 1, mark.column + 1))
         if isinstance(node, yaml.ScalarNode):
             if node.tag == _STR:  # most values: no constructor needed
@@ -155,6 +165,9 @@ class _Converter:
             self.error(pos, "this alias refers to a node that contains it (a cycle)")
             return None
         inner = active | {id(node)}
+        if id(node) in self.collections:
+            self.aliased = True
+        self.collections.add(id(node))
         if node.tag not in ("tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"):
             self.error(pos, f"unsupported YAML tag {node.tag!r}; write plain lists and mappings")
             return None
@@ -194,10 +207,24 @@ class _Converter:
             out[key] = self.convert(value_node, here, active)
         return out
 
+    def _too_large(self) -> str:
+        if self.aliased:
+            return (
+                f"the document expands to more than {MAX_EXPANDED_NODES:,} nodes through "
+                "aliases; use fewer aliases"
+            )
+        return (
+            f"the document holds more than {MAX_EXPANDED_NODES:,} values, the limit for one "
+            "file; split it into smaller files"
+        )
 
-class _TooLarge(Exception):
-    def __init__(self, pos: Position) -> None:
+
+class _Stop(Exception):
+    """A problem that ends reading the document (it is too large or too deep)."""
+
+    def __init__(self, pos: Position, message: str) -> None:
         self.pos = pos
+        self.message = message
 
 
 def _yaml_error_diagnostic(path: str, exc: Exception, text: str = "") -> Diagnostic:
@@ -209,7 +236,8 @@ def _yaml_error_diagnostic(path: str, exc: Exception, text: str = "") -> Diagnos
         message += f" ({context})"
     index = getattr(mark, "index", None)
     at_tab = isinstance(index, int) and 0 <= index < len(text) and text[index] == "\t"
-    if at_tab or "\t" in problem or "tab" in str(problem):
+    # "\btab": "unacceptable character" is no hint about tabs.
+    if at_tab or "\t" in problem or re.search(r"\btab", str(problem)):
         message += "; indent with spaces, not tabs"
     line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
     return Diagnostic(path, line, col, message)
@@ -233,16 +261,8 @@ def load_yaml_text(text: str, path: str) -> Iterator[LoadedYAML]:
             conv = _Converter(path, text, loader)
             try:
                 data = conv.convert(node, ())
-            except _TooLarge as big:
-                diagnostics.append(
-                    Diagnostic(
-                        path,
-                        big.pos.line,
-                        big.pos.col,
-                        f"the document expands to more than {MAX_EXPANDED_NODES:,} nodes "
-                        "through aliases; use fewer aliases",
-                    )
-                )
+            except _Stop as stop:
+                diagnostics.append(Diagnostic(path, stop.pos.line, stop.pos.col, stop.message))
                 break
             diagnostics.extend(conv.diagnostics)
             docs.append(LoadedYAML(data, conv.source))
@@ -258,17 +278,21 @@ def load_yaml_text(text: str, path: str) -> Iterator[LoadedYAML]:
 def load_yaml_file(path: Path, *, display: str | None = None) -> LoadedYAML:
     """The single YAML document in ``path``."""
     shown = display or str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(Diagnostic(shown, 0, 0, "file not found")) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(Diagnostic(shown, 0, 0, f"cannot read file: {exc}")) from None
+    text = read_text(path, shown)
     docs = list(load_yaml_text(text, shown))
     if not docs:
-        raise ConfigError(Diagnostic(shown, 1, 1, "the file is empty; start with 'version: 1'"))
+        raise ConfigError(Diagnostic(shown, 1, 1, _no_document(text)))
     if len(docs) > 1:
         raise ConfigError(
             Diagnostic(shown, 1, 1, "the file holds several YAML documents; keep one per file")
         )
     return docs[0]
+
+
+def _no_document(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "the file is empty; start with 'version: 1'"
+    if all(line.startswith("#") for line in lines):
+        return "the file holds only comments, no YAML document; start with 'version: 1'"
+    return "the file holds no YAML document; start with 'version: 1'"

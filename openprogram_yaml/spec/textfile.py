@@ -1,0 +1,88 @@
+"""Read a config, template or schema file as text: UTF-8, regular files only, never blocking.
+
+Every file the compiler reads goes through ``read_text``. Opening is non-blocking, so a FIFO
+or a device named as a prompt file is refused instead of hanging the check, and text that is
+not UTF-8 is reported at the line and column of its first bad byte.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from ..errors import ConfigError, Diagnostic
+
+__all__ = ["UnreadableFile", "decode_text", "read_text"]
+
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
+
+
+class UnreadableFile(ConfigError):
+    """A file that could not be read as text.
+
+    ``inside`` is True when the problem is in the content (its diagnostic points into the
+    file); otherwise the file could not be opened, and ``reason`` says why, for a caller that
+    reports it at the place naming the file.
+    """
+
+    def __init__(self, diagnostic: Diagnostic, *, inside: bool) -> None:
+        super().__init__(diagnostic)
+        self.inside = inside
+        self.reason = diagnostic.message
+
+
+def read_text(path: Path | str, shown: str | None = None) -> str:
+    """The text of the regular file ``path``; raises ``UnreadableFile``.
+
+    ``shown`` is the path as messages name it (default: ``path``).
+    """
+    shown = str(path) if shown is None else shown
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except FileNotFoundError:
+        raise UnreadableFile(Diagnostic(shown, 0, 0, "file not found"), inside=False) from None
+    except OSError as exc:
+        message = f"cannot read file: {exc.strerror or exc}"
+        raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False) from None
+    with os.fdopen(descriptor, "rb") as stream:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _NOT_REGULAR if test(mode)), "a special file")
+            message = f"not a regular file ({kind}); name a file holding text"
+            raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False)
+        try:
+            data = stream.read()
+        except OSError as exc:
+            message = f"cannot read file: {exc.strerror or exc}"
+            raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False) from None
+    return decode_text(data, shown)
+
+
+def decode_text(data: bytes, shown: str) -> str:
+    """``data`` as UTF-8 text; raises ``UnreadableFile`` at the first byte that is not."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        at, problem = exc.start, f"byte 0x{data[exc.start]:02x} is not valid UTF-8"
+    else:
+        if "\x00" not in text:
+            return text
+        # Valid UTF-8 with NUL bytes is nearly always UTF-16 without a byte order mark.
+        at = data.index(b"\x00")
+        problem = "a NUL byte (0x00); text files hold none"
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in data[:64]:
+        problem += "; the file looks UTF-16 encoded"
+    line_start = data.rfind(b"\n", 0, at) + 1
+    line = data.count(b"\n", 0, at) + 1
+    col = len(data[line_start:at].decode("utf-8", errors="replace")) + 1
+    message = f"{problem}; save the file as UTF-8"
+    raise UnreadableFile(Diagnostic(shown, line, col, message), inside=True)
