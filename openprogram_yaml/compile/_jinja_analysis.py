@@ -20,8 +20,10 @@ __all__ = [
     "Read",
     "Reference",
     "TemplateSyntaxError",
+    "TemplateTooDeep",
     "analyze",
     "simple_analysis",
+    "unsafe_attribute_message",
 ]
 
 
@@ -236,13 +238,165 @@ def simple_analysis(environment: PromptSandbox, source: str) -> Analysis | None:
 
 
 def analyze(environment: PromptSandbox, source: str, name: str, filename: str) -> Analysis:
-    """Parse ``source`` and find what it reads and references. Raises TemplateSyntaxError."""
-    tree = environment.parse(source, name, filename)
-    analyzer = _Analyzer(environment, name, filename, tree)
-    analyzer.visit(tree)
+    """Parse ``source`` and find what it reads and references.
+
+    Raises TemplateSyntaxError, or TemplateTooDeep for nesting Jinja or Python cannot take.
+    """
+    try:
+        tree = environment.parse(source, name, filename)
+        unsafe = _check_shape(tree, source)
+        analyzer = _Analyzer(environment, name, filename, tree)
+        analyzer.visit(tree)
+    except RecursionError:
+        # Jinja's parser recurses once per level of nesting: 10,000 "(" end here.
+        raise TemplateTooDeep(*_deepest_point(source, 1)) from None
     return Analysis(
         reads=tuple(analyzer.reads),
         references=tuple(analyzer.references),
-        failures=tuple(analyzer.failures),
+        failures=(*analyzer.failures, *unsafe),
         top_level=_top_level_names(tree),
     )
+
+
+# --- nesting and attributes the sandbox refuses -------------------------------------------------
+
+#: Block tags nest at most this deep: Python refuses the code Jinja makes of deeper ones
+#: (at most 20 nested loops, 100 levels of indentation).
+MAX_BLOCK_DEPTH = 20
+#: An expression nests at most this deep: Jinja's parser recurses about 15 frames per level
+#: (70 levels exhaust Python's stack), and rendering parses again from a deeper stack.
+MAX_EXPRESSION_DEPTH = 40
+
+_BLOCKS = (
+    nodes.For,
+    nodes.If,
+    nodes.With,
+    nodes.FilterBlock,
+    nodes.CallBlock,
+    nodes.Macro,
+    nodes.Block,
+    nodes.AssignBlock,
+    nodes.Scope,
+    nodes.OverlayScope,
+    nodes.EvalContextModifier,
+)
+#: Tags that open a block (``set`` opens one only without ``=``: the scan leaves it out).
+_BLOCK_TAGS = frozenset({"for", "if", "with", "filter", "call", "macro", "block", "autoescape"})
+
+
+class TemplateTooDeep(Exception):
+    """A template nests deeper than it can be compiled and rendered; ``line``/``col`` where."""
+
+    def __init__(self, line: int, col: int) -> None:
+        self.line = line
+        self.col = col
+        super().__init__(
+            f"template nests too deeply: at most {MAX_BLOCK_DEPTH} block tags inside one "
+            f"another, and {MAX_EXPRESSION_DEPTH} levels of brackets, filters or operators "
+            "in one expression"
+        )
+
+
+def unsafe_attribute_message(name: str) -> str:
+    """The failure for reading attribute ``name``, which the sandbox refuses at render time."""
+    return (
+        f"template reads attribute {name!r}, which the sandbox refuses; templates read data "
+        "(inputs, vars), not Python internals"
+    )
+
+
+def _check_shape(tree: nodes.Template, source: str) -> list[tuple[int, str]]:
+    """Raise TemplateTooDeep for nesting too deep; return the attribute reads the sandbox
+    would refuse (names starting with ``__``, or ``_`` through the ``attr`` filter), as
+    failures. One iterative walk: the tree may be deep, the check must not recurse."""
+    unsafe: list[tuple[int, str]] = []
+    pending: list[tuple[nodes.Node, int, int]] = [(tree, 0, 0)]
+    while pending:
+        node, blocks, expression = pending.pop()
+        if isinstance(node, nodes.Expr):
+            expression += 1
+            if expression > MAX_EXPRESSION_DEPTH:
+                raise TemplateTooDeep(*_deepest_point(source, node.lineno))
+            name = _constant_attribute(node)
+            if name is not None:
+                unsafe.append((node.lineno, unsafe_attribute_message(name)))
+        else:
+            expression = 0
+        if isinstance(node, _BLOCKS):
+            blocks += 1
+            if blocks > MAX_BLOCK_DEPTH:
+                raise TemplateTooDeep(*_deepest_point(source, node.lineno))
+        # An elif is written beside its if, not inside it.
+        elifs = {id(e) for e in node.elif_} if isinstance(node, nodes.If) else set()
+        for child in node.iter_child_nodes():
+            pending.append((child, blocks - (id(child) in elifs), expression))
+    return unsafe
+
+
+def _constant_attribute(node: nodes.Node) -> str | None:
+    """The attribute name ``node`` reads, when it is written out and the sandbox refuses it."""
+    if isinstance(node, nodes.Getattr):
+        name: object = node.attr
+    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        name = node.arg.value
+    elif isinstance(node, nodes.Filter) and node.name == "attr" and node.args:
+        arg = node.args[0]
+        # attr() reads the attribute only, never an item: any "_" name is refused or absent.
+        if isinstance(arg, nodes.Const) and isinstance(arg.value, str):
+            return arg.value if arg.value.startswith("_") else None
+        return None
+    elif isinstance(node, (nodes.Filter, nodes.Test)):
+        # map(attribute='a.b'), sort(attribute=…), selectattr('a.b'): dotted item lookups.
+        given = [k.value for k in node.kwargs if k.key == "attribute"]
+        if isinstance(node, nodes.Filter) and node.name in ("selectattr", "rejectattr"):
+            given += node.args[:1]
+        for value in given:
+            if isinstance(value, nodes.Const) and isinstance(value.value, str):
+                dunder = [p for p in value.value.split(".") if p.startswith("__")]
+                if dunder:
+                    return dunder[0]
+        return None
+    else:
+        return None
+    # x._id may be a mapping's key; x.__class__ is always the object's own attribute.
+    return name if isinstance(name, str) and name.startswith("__") else None
+
+
+_NESTING = re.compile(
+    r"(?P<tag>\{%[-+]?\s*(?P<name>\w+))|\{\{[-+]?|[-+]?%\}|[-+]?\}\}"
+    r"|(?P<open>[(\[{])|(?P<close>[)\]}])"
+)
+
+
+def _deepest_point(source: str, line: int) -> tuple[int, int]:
+    """Where ``source`` first nests deeper than the limits, by a rough scan of its tags and
+    brackets (line, column); else the first tag on ``line``."""
+    blocks = brackets = 0
+    inside = False
+    for match in _NESTING.finditer(source):
+        text = match.group()
+        if match.group("tag") is not None:
+            inside, brackets = True, 0
+            name = match.group("name")
+            if name in _BLOCK_TAGS:
+                blocks += 1
+            elif name.startswith("end") and name[3:] in _BLOCK_TAGS:
+                blocks -= 1
+        elif text.lstrip("-+").startswith(("%}", "}}")) or text.startswith("{{"):
+            inside = text.startswith("{{")
+            brackets = 0
+        elif inside and match.group("open") is not None:
+            brackets += 1
+        elif inside:
+            brackets -= 1
+        if blocks > MAX_BLOCK_DEPTH or brackets > MAX_EXPRESSION_DEPTH:
+            return _line_col(source, match.start())
+    lines = source.split("\n")
+    text = lines[line - 1] if 0 < line <= len(lines) else ""
+    found = [p for p in (text.find("{{"), text.find("{%")) if p >= 0]
+    return line, min(found, default=0) + 1
+
+
+def _line_col(source: str, offset: int) -> tuple[int, int]:
+    line_start = source.rfind("\n", 0, offset) + 1
+    return source.count("\n", 0, offset) + 1, offset - line_start + 1

@@ -23,7 +23,7 @@ from ..errors import Diagnostic
 from ..runtime.validation import keyword_mistakes, schema_issues
 from ..spec.positions import Position
 from ..spec.textfile import UnreadableFile, read_text
-from ..spec.yamlread import Loc, SourceMap, load_yaml_text
+from ..spec.yamlread import MAX_DEPTH, Loc, SourceMap, load_yaml_text
 from .paths import resolve_inside
 
 __all__ = ["ENVELOPE_KEYS", "SchemaBundle", "bundle_schema", "split_envelope"]
@@ -104,12 +104,18 @@ class _Bundler:
         try:
             if path.suffix == ".json":
                 data = json.loads(text)
+                if _nests_deeper(data, MAX_DEPTH):
+                    raise RecursionError  # reported with the place, below
             else:
                 docs = list(load_yaml_text(text, str(path)))
                 data = docs[0].data if docs else None
                 source = docs[0].source if docs else None
         except json.JSONDecodeError as exc:
             self.error(Position(str(path), exc.lineno, exc.colno), f"invalid JSON: {exc.msg}")
+            return None, None
+        except RecursionError:
+            message = f"the schema nests too deeply (more than {MAX_DEPTH} levels)"
+            self.error(Position(str(path), *_json_depth_position(text)), message)
             return None, None
         except Exception as exc:  # ConfigError from YAML: report its first diagnostic here
             diags = getattr(exc, "diagnostics", None)
@@ -266,3 +272,36 @@ def bundle_schema(
                 Diagnostic(pos.path, pos.line, pos.col, f"invalid JSON Schema: {message}")
             )
     return out
+
+
+def _nests_deeper(data: Any, limit: int) -> bool:
+    """Whether lists and mappings in ``data`` nest more than ``limit`` deep (as YAML may not:
+    bundling and checking schemas walk them recursively)."""
+    pending: list[tuple[Any, int]] = [(data, 0)]
+    while pending:
+        node, depth = pending.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            pending.extend((value, depth + 1) for value in node.values())
+        elif isinstance(node, list):
+            pending.extend((value, depth + 1) for value in node)
+    return False
+
+
+_JSON_NESTING = re.compile(r'"(?:[^"\\]|\\.)*"|[\[{]|[\]}]')
+
+
+def _json_depth_position(text: str) -> tuple[int, int]:
+    """(line, column) of the first bracket in JSON ``text`` that nests too deep."""
+    depth = 0
+    for match in _JSON_NESTING.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH + 1:  # the outermost value is at depth 0, in one bracket
+                offset = match.start()
+                return text.count("\n", 0, offset) + 1, offset - text.rfind("\n", 0, offset)
+        elif token in "]}":
+            depth -= 1
+    return 1, 1

@@ -288,6 +288,9 @@ class TemplateEngine:
             position = origin.locate(line, col)
             message = _syntax_message(exc.message or str(exc))
             return None, (Diagnostic(position.path, position.line, position.col, message),)
+        except _jinja_analysis.TemplateTooDeep as deep:
+            position = origin.locate(deep.line, deep.col)
+            return None, (Diagnostic(position.path, position.line, position.col, str(deep)),)
         problems = []
         for line, message in analysis.failures:
             text, col = _failure(message, env, source, line)
@@ -446,6 +449,10 @@ def _syntax_message(message: str) -> str:
 def _failure(message: str, env: _jinja.PromptSandbox, source: str, line: int) -> tuple[str, int]:
     """A message and column for a problem Jinja's compiler found (unknown filter …)."""
     text = line_text(source, line)
+    unsafe = re.match(r"template reads attribute '([^']+)'", message)
+    if unsafe is not None:
+        at = re.search(rf"['\"]?{re.escape(unsafe.group(1))}(?!\w)", text)
+        return message, (at.start() + 1 if at else 1)
     unknown = re.match(r"No (filter|test) named '([^']+)'", message)
     if unknown is None:
         found = [p for p in (text.find("{{"), text.find("{%")) if p >= 0]

@@ -109,18 +109,17 @@ def test_injection_payload_is_refused(tmp_path: Path, payload: str) -> None:
 def test_internal_names_fail_at_load_as_undeclared(tmp_path: Path, payload: str, name: str) -> None:
     with pytest.raises(ConfigError) as caught:
         compile_text(tmp_path, payload)
-    (problem,) = caught.value.diagnostics
+    # The dunder attributes are refused too (tests/hostile/test_files.py); the name first.
+    problem = caught.value.diagnostics[0]
     assert problem.message.startswith(f"template reads {name!r}, which the method does not")
 
 
 @pytest.mark.parametrize(
     "payload",
     [
-        "{{ x.__class__ }}",
-        "{{ x|attr('__class__') }}",
+        # A written-out dunder attribute is a load-time error (tests/hostile/test_files.py);
+        # these are found only when the template runs.
         "{{ '{0.__class__}'.format(x) }}",
-        "{{ x|map(attribute='__class__')|list }}",
-        "{{ namespace.__init__ }}",
         "{{ dict.fromkeys }}",
     ],
 )
