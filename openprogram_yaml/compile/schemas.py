@@ -124,6 +124,9 @@ class _Bundler:
             else:
                 self.error(pos, f"cannot parse schema file {path.name}: {exc}")
             return None, None
+        # Checked here, once per file: bundling leaves no positions inside referenced files.
+        for sub, message in keyword_mistakes(data):
+            self.error(source.at(sub, key=True) if source else Position(str(path), 1, 1), message)
         self._cache[path] = data
         return data, source
 

@@ -118,6 +118,12 @@ def _find_mistakes(
         return
     for key, value in schema.items():
         here = (*path, key)
+        # Patterns are compiled when a reply is checked: a bad one would fail every attempt.
+        if key == "pattern" and isinstance(value, str):
+            _check_regex(value, here, found)
+        elif key == "patternProperties" and isinstance(value, dict):
+            for name in value:
+                _check_regex(name, (*here, name), found)
         if key in _SUBSCHEMA:
             if isinstance(value, list):  # "items" as a list, before 2020-12
                 for i, sub in enumerate(value):
@@ -147,6 +153,15 @@ def _find_mistakes(
             close = difflib.get_close_matches(key, sorted(KEYWORDS), n=1, cutoff=0.8)
             if close:
                 found.append((here, f"unknown keyword '{key}'; did you mean '{close[0]}'?"))
+
+
+def _check_regex(
+    pattern: str, path: tuple[str | int, ...], found: list[tuple[tuple[str | int, ...], str]]
+) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        found.append((path, f"{pattern!r} is not a valid regular expression: {exc}"))
 
 
 def _is_number(value: Any) -> bool:
