@@ -7,7 +7,8 @@ Problems are collected, not raised, so that one run reports every problem of eve
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,10 @@ from .toolsets import check_tool_selection, compile_toolsets
 __all__ = ["PendingMethodTools", "check_valid_parts", "compile_agent", "template_engine"]
 
 _OPTION_FIELDS = tuple(ExecOptions.__dataclass_fields__)
+#: The runtime's rule for choice names (``runtime.choices``, which this module does not
+#: import: it brings asyncio): a pick names the choice, and a forced tool call carries it
+#: as ``choose_<name>`` within the 64 characters providers allow tool names.
+_CHOICE_NAME = re.compile(r"[A-Za-z0-9_-]{1,56}")
 
 
 def _merge_options(defaults: ExecOptionsSpec, method: MethodSpec) -> ExecOptions:
@@ -89,11 +94,12 @@ def _template(
 
 def _response_format(
     col: Collector,
-    doc: AgentDocument,
+    path: Path,
+    source: SourceMap,
     method: MethodSpec,
     loc: Loc,
-    spec: AgentSpec,
     ctx: ProjectContext,
+    max_validation_retries: int | None,
 ) -> tuple[dict[str, Any] | None, bool]:
     if method.response_schema is None:
         return None, True
@@ -102,16 +108,14 @@ def _response_format(
     schema_loc = (*loc, "schema") if is_envelope else loc
     ok = True
     for key, problem in envelope_problems(options):
-        col.at(doc.source, (*loc, key), problem)
+        col.at(source, (*loc, key), problem)
         ok = False
-    bundled, valid = col.schema(
-        schema, ctx=ctx, base_file=doc.path, source=doc.source, loc=schema_loc
-    )
+    bundled, valid = col.schema(schema, ctx=ctx, base_file=path, source=source, loc=schema_loc)
     if not valid:
         return None, False
     envelope: dict[str, Any] = {"schema": bundled, **options}
-    if "max_validation_retries" not in envelope and spec.retry.max_validation_retries is not None:
-        envelope["max_validation_retries"] = spec.retry.max_validation_retries
+    if "max_validation_retries" not in envelope and max_validation_retries is not None:
+        envelope["max_validation_retries"] = max_validation_retries
     return envelope, ok
 
 
@@ -192,13 +196,13 @@ def _compile_method(
                 f"'{name}' does not declare in 'inputs' (add them to its inputs or to 'vars')",
             )
             ok = False
-    response_format, rf_ok = _response_format(col, doc, method, loc, spec, ctx)
-    if prompt is None or not ok or not rf_ok:
-        return None
-    choices = _choices(col, doc, name, method, ctx)
-    if choices is None:
-        return None
-    if not check_tool_selection(col, doc, name, method, {**ctx.toolsets, **spec.toolsets}):
+    response_format, rf_ok = _response_format(
+        col, doc.path, doc.source, method, loc, ctx, spec.retry.max_validation_retries
+    )
+    # Every part is checked, so that one problem does not hide the next.
+    choices = _choices(col, doc.path, doc.source, spec.name, spec.methods, name, method, ctx)
+    tools_ok = check_tool_selection(col, doc, name, method, {**ctx.toolsets, **spec.toolsets})
+    if prompt is None or not ok or not rf_ok or choices is None or not tools_ok:
         return None
     options = _merge_options(spec.defaults, method)
     return Method(
@@ -226,28 +230,45 @@ def _compile_method(
 
 
 def _choices(
-    col: Collector, doc: AgentDocument, name: str, method: MethodSpec, ctx: ProjectContext
+    col: Collector,
+    path: Path,
+    source: SourceMap,
+    agent: str,
+    methods: Collection[str],
+    name: str,
+    method: MethodSpec,
+    ctx: ProjectContext,
 ) -> tuple[ChoiceOption, ...] | None:
-    """The method's choices, checked: targets exist, schemas are valid. None on errors."""
+    """The method's choices, checked: names, targets among ``methods`` (those the agent
+    file declares), schemas. None on errors."""
     if not method.choices:
         return ()
     ok = True
     options = []
-    known = sorted(doc.spec.methods)
+    known = sorted(methods)
     for option_name, option in method.choices.items():
         loc: Loc = ("methods", name, "choices", option_name)
-        if option.method is not None and option.method not in doc.spec.methods:
+        if not _CHOICE_NAME.fullmatch(option_name):
             col.at(
-                doc.source,
+                source,
+                loc,
+                f"choice name {option_name!r} cannot be picked: a choice name is 1 to 56 "
+                "letters, digits, '_' or '-'",
+                key=True,
+            )
+            ok = False
+        if option.method is not None and option.method not in methods:
+            col.at(
+                source,
                 (*loc, "method"),
                 f"choice '{option_name}' continues with method '{option.method}', which "
-                f"agent '{doc.spec.name}' does not have{did_you_mean(option.method, known)}",
+                f"agent '{agent}' does not have{did_you_mean(option.method, known)}",
             )
             ok = False
         schema = option.schema_
         if schema is not None:
             schema, valid = col.schema(
-                schema, ctx=ctx, base_file=doc.path, source=doc.source, loc=(*loc, "schema")
+                schema, ctx=ctx, base_file=path, source=source, loc=(*loc, "schema")
             )
             ok = ok and valid
         options.append(
@@ -307,7 +328,8 @@ def compile_agent(doc: AgentDocument, ctx: ProjectContext, col: Collector) -> Ag
     toolsets = compile_toolsets(col, doc, ctx.toolsets)
     tools, method_tool_refs = build_tools(engine, col, doc, ctx)
     rules = tuple(RuntimeRule(r.match, r.runtime, dict(r.options)) for r in spec.runtimes)
-    if len(methods) != len(spec.methods):
+    has_model = _check_model(col, doc)
+    if len(methods) != len(spec.methods) or not has_model:
         return None
     return Agent(
         name=spec.name,
@@ -328,10 +350,37 @@ def compile_agent(doc: AgentDocument, ctx: ProjectContext, col: Collector) -> Ag
     )
 
 
+def _check_model(col: Collector, doc: AgentDocument) -> bool:
+    """Whether every method has a model to run on; a run would refuse it otherwise."""
+    spec = doc.spec
+    if spec.model or spec.defaults.model or all(m.model for m in spec.methods.values()):
+        return True
+    given = ("model",) in doc.source.values
+    col.at(
+        doc.source,
+        ("model",) if given else ("name",),
+        f"agent '{spec.name}' has no model"
+        + (" (the value is empty)" if given else "")
+        + ": set 'model:' ('model: test' runs offline), or give each method a 'model:'",
+    )
+    return False
+
+
 def check_valid_parts(path: Path, failed: PartialDocument, ctx: ProjectContext) -> list[Diagnostic]:
-    """Template problems in the methods that did validate, when the file as a whole did not."""
+    """Problems in the parts that did validate, when the file as a whole did not.
+
+    When only ``${env:…}`` variables were missing, the whole agent is compiled (problems at
+    the values they left empty are not repeated); otherwise each method that validated is
+    checked: its template, schemas and choices.
+    """
     from pydantic import ValidationError
 
+    if isinstance(failed.spec, AgentSpec):
+        col = Collector()
+        col.secrets = failed.secrets
+        doc = AgentDocument(path, failed.spec, failed.source, set(failed.secrets))
+        compile_agent(doc, ctx, col)
+        return [d for d in col.diagnostics if (d.line, d.col) not in failed.env_places]
     data = failed.data
     methods = data.get("methods") if isinstance(data, dict) else None
     if not isinstance(methods, dict):
@@ -357,6 +406,13 @@ def check_valid_parts(path: Path, failed: PartialDocument, ctx: ProjectContext) 
             name=f"{name}.prompt",
             ctx=ctx,
         )
+        loc: Loc = ("methods", name)
+        for input_name, schema in method.inputs.items():
+            where = (*loc, "inputs", input_name)
+            col.schema(schema, ctx=ctx, base_file=path, source=failed.source, loc=where)
+        _response_format(col, path, failed.source, method, loc, ctx, None)
+        agent = data.get("name") if isinstance(data.get("name"), str) else path.stem
+        _choices(col, path, failed.source, agent, methods, name, method, ctx)
     return col.diagnostics
 
 

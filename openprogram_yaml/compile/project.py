@@ -155,7 +155,14 @@ def _check_shared_toolsets(spec: ProjectSpec, source: SourceMap, col: Collector)
                 )
 
 
-def _link_method_tools(agents: Mapping[str, Agent], col: Collector) -> None:
+def _failed_to_load(name: str, failed: Mapping[str, Path]) -> str:
+    """A follow-on problem: it names what failed, whose own errors are reported too."""
+    return f"agent '{name}' failed to load (see the errors in {display_path(failed[name])})"
+
+
+def _link_method_tools(
+    agents: Mapping[str, Agent], col: Collector, failed: Mapping[str, Path]
+) -> None:
     for agent in agents.values():
         pending = agent.method_tools
         if not isinstance(pending, PendingMethodTools):
@@ -163,6 +170,10 @@ def _link_method_tools(agents: Mapping[str, Agent], col: Collector) -> None:
         for tool_name, (ref, doc, loc) in pending.refs.items():
             agent_name, _, method_name = ref.rpartition(".")
             owner = agents.get(agent_name or agent.name)
+            if owner is None and agent_name in failed:
+                problem = _failed_to_load(agent_name, failed)
+                col.at(doc.source, loc, f"tool '{tool_name}': {problem}")
+                continue
             if owner is None:
                 col.at(
                     doc.source,
@@ -294,6 +305,7 @@ def _compile_agent_files(
     ctx_key = _context_key(ctx)
     agents: dict[str, Agent] = {}
     docs: dict[str, AgentDocument] = {}
+    failed: dict[str, Path] = {}  # agents whose files have errors, by name
     for path in resolved:
         col.files.add(path)
         cached = _cache.get(path)
@@ -306,15 +318,19 @@ def _compile_agent_files(
             except PartialDocument as exc:
                 col.diagnostics.extend(exc.diagnostics)
                 col.diagnostics.extend(check_valid_parts(path, exc, ctx))
+                name = exc.data.get("name") if isinstance(exc.data, dict) else None
+                failed[name if isinstance(name, str) and name else path.stem] = path
                 continue
             except ConfigError as exc:
                 col.diagnostics.extend(exc.diagnostics)
+                failed[path.stem] = path  # unreadable: its file name is the best guess
                 continue
             agent_col = Collector()
             compiled = compile_agent(doc, ctx, agent_col)
             col.diagnostics.extend(agent_col.diagnostics)
             col.files |= agent_col.files
             if compiled is None:
+                failed[doc.spec.name] = path
                 continue
             agent = compiled
             # The folders templates and schemas are looked up in count too: a file added
@@ -331,7 +347,7 @@ def _compile_agent_files(
             continue
         agents[agent.name] = agent
         docs[agent.name] = doc
-    _link_method_tools(agents, col)
+    _link_method_tools(agents, col, failed)
     tests: list[CompiledTest] = []
     env_names = {name for name, _ in ctx.env}
     for name, doc in docs.items():
@@ -343,7 +359,7 @@ def _compile_agent_files(
                 doc.spec.tests, agents[name], doc.source, ("tests",), doc.path, ctx, col
             )
     for test_file in ctx.test_files:
-        tests += _compile_test_file(test_file, agents, ctx, col, environ, env_names)
+        tests += _compile_test_file(test_file, agents, ctx, col, environ, env_names, failed)
     if col.diagnostics:
         raise ConfigError(col.diagnostics)
     folders = frozenset({*ctx.template_dirs, *ctx.schema_dirs})
@@ -365,6 +381,7 @@ def _compile_test_file(
     col: Collector,
     environ: Mapping[str, str] | None,
     env_names: set[str],
+    failed: Mapping[str, Path],
 ) -> list[CompiledTest]:
     col.files.add(path)
     try:
@@ -376,6 +393,9 @@ def _compile_test_file(
         col.diagnostics.extend(exc.diagnostics)
         return []
     agent = agents.get(spec.agent)
+    if agent is None and spec.agent in failed:
+        col.at(source, ("agent",), _failed_to_load(spec.agent, failed))
+        return []
     if agent is None:
         col.at(
             source,

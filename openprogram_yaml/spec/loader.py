@@ -49,12 +49,19 @@ class PartialDocument(ConfigError):
         data: Any,
         source: SourceMap,
         secrets: frozenset[str] = frozenset(),
+        spec: BaseModel | None = None,
+        env_places: frozenset[tuple[int, int]] = frozenset(),
     ) -> None:
         super().__init__(diagnostics)
         self.data = data
         self.source = source
         #: The secrets ``data`` holds; messages about it must not show them.
         self.secrets = secrets
+        #: The spec, when only ``${env:…}`` expansion failed: the rest can still be compiled.
+        self.spec = spec
+        #: (line, column) of the values an unset variable left empty: problems found there
+        #: later are follow-ons of the missing variable, not problems of their own.
+        self.env_places = env_places
 
 
 def load_document(
@@ -79,11 +86,13 @@ def load_document(
         )
     expanded = expand_env(loaded.data, source, environ)
     diagnostics: list[Diagnostic] = list(expanded.diagnostics)
+    env_places = frozenset((d.line, d.col) for d in expanded.diagnostics)
     spec: M | None = None
     try:
         spec = built(model).model_validate(expanded.data)
     except ValidationError as exc:
-        diagnostics.extend(validation_diagnostics(exc, expanded.data, source, model))
+        found = validation_diagnostics(exc, expanded.data, source, model)
+        diagnostics.extend(d for d in found if (d.line, d.col) not in env_places)
     if diagnostics or spec is None:
         # Messages quote the values they refuse, and a value may be a secret.
         secrets = frozenset(expanded.secrets)
@@ -91,7 +100,7 @@ def load_document(
             dataclasses.replace(d, message=redact(d.message, secrets)) if secrets else d
             for d in diagnostics
         ]
-        raise PartialDocument(shown, expanded.data, source, secrets)
+        raise PartialDocument(shown, expanded.data, source, secrets, spec, env_places)
     return spec, source, expanded.secrets, expanded.names
 
 

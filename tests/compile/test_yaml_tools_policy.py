@@ -129,7 +129,7 @@ def test_tool_mistakes_known_at_check_time(write, tool, line, col, expected) -> 
             parameters: {{type: object, properties: {{id: {{type: string}}}}}}
             {tool}
         methods:
-          m: {{prompt: hi}}
+          m: {{prompt: hi, model: test}}
         """,
     )
     with pytest.raises(ConfigError) as info:

@@ -91,6 +91,7 @@ def test_undefined_template_variable_at_its_position(write) -> None:
         """
         version: 1
         name: a
+        model: test
         methods:
           classify:
             inputs: {ticket: {type: string}}
@@ -100,7 +101,7 @@ def test_undefined_template_variable_at_its_position(write) -> None:
         """,
     )
     line, col, msg = one(path)
-    assert (line, col) == (8, 10)
+    assert (line, col) == (9, 10)
     assert "'tickt'" in msg and "did you mean 'ticket'" in msg
 
 
@@ -143,6 +144,7 @@ def test_response_schema_that_is_not_a_json_schema(write) -> None:
         """
         version: 1
         name: a
+        model: test
         methods:
           m:
             prompt: hi
@@ -151,7 +153,7 @@ def test_response_schema_that_is_not_a_json_schema(write) -> None:
         """,
     )
     line, col, msg = one(path)
-    assert (line, col) == (7, 13)
+    assert (line, col) == (8, 13)
     assert "invalid JSON Schema" in msg and "'objekt'" in msg
 
 
@@ -161,6 +163,7 @@ def test_a_comma_in_unquoted_schema_text_is_caught_at_the_stray_key(write) -> No
         """
         version: 1
         name: a
+        model: test
         methods:
           m:
             prompt: hi
@@ -171,7 +174,7 @@ def test_a_comma_in_unquoted_schema_text_is_caught_at_the_stray_key(write) -> No
         """,
     )
     line, col, msg = one(path)
-    assert (line, col) == (9, 59)
+    assert (line, col) == (10, 59)
     assert msg.startswith("'in one sentence' is not a JSON Schema keyword, and has no value")
     assert "put text holding a comma in quotes" in msg
 
@@ -182,6 +185,7 @@ def test_a_misspelt_schema_keyword_gets_a_hint_and_extensions_pass(write) -> Non
         """
         version: 1
         name: a
+        model: test
         methods:
           m:
             prompt: hi
@@ -193,7 +197,7 @@ def test_a_misspelt_schema_keyword_gets_a_hint_and_extensions_pass(write) -> Non
               properties: {a: {type: string}}
         """,
     )
-    assert one(path) == (10, 7, "unknown keyword 'requried'; did you mean 'required'?")
+    assert one(path) == (11, 7, "unknown keyword 'requried'; did you mean 'required'?")
 
 
 def test_all_problems_of_a_file_in_one_run(write) -> None:

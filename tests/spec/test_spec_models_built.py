@@ -52,7 +52,7 @@ def test_pydantic_plugins_are_skipped_for_the_spec_and_kept_for_the_application(
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: probe\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[pydantic]\nprobe = probe_plugin:plugin\n")
     (site / "probe_plugin.py").write_text(PROBE)
-    agent = write("a.yaml", "version: 1\nname: a\nmethods:\n  m: {prompt: hi}\n")
+    agent = write("a.yaml", "version: 1\nname: a\nmodel: test\nmethods:\n  m: {prompt: hi}\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO)])}
     env.pop("PYDANTIC_DISABLE_PLUGINS", None)
     done = subprocess.run(
