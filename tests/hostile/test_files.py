@@ -243,7 +243,7 @@ def test_choice_name_the_pick_cannot_carry_is_a_load_error(
     assert "choice name" in err
 
 
-def test_choice_names_with_dots_and_dashes_are_accepted(
+def test_choice_names_with_dashes_digits_and_underscores_are_accepted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _agent(
