@@ -240,6 +240,11 @@ def _yaml_error_diagnostic(path: str, exc: Exception, text: str = "") -> Diagnos
     if at_tab or "\t" in problem or re.search(r"\btab", str(problem)):
         message += "; indent with spaces, not tabs"
     line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+    position = getattr(exc, "position", None)  # the reader's errors carry an index only
+    if mark is None and isinstance(position, int) and 0 <= position < len(text):
+        line = text.count("\n", 0, position) + 1
+        col = position - text.rfind("\n", 0, position)
+        message = f"invalid YAML: character {text[position]!r} is not allowed in YAML text"
     return Diagnostic(path, line, col, message)
 
 

@@ -515,3 +515,14 @@ def test_load_time_choice_names_agree_with_the_runtime(tmp_path: Path, name: str
         runtime_accepts = False
     path = _agent(tmp_path, f"prompt: hi\nchoices:\n  '{name}': {{value: 1}}\n")
     assert (main(["check", str(path)]) == 0) == runtime_accepts
+
+
+def test_control_character_is_positioned_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path.resolve() / "agent.yaml"
+    path.write_text("version: 1\nname: a\x01\n")
+    err = _refused(capsys, ["check", str(path)])
+    (message,) = _positioned(err, path, 2)
+    assert message.startswith(f"{path}:2:8: error: ") and "'\\x01'" in message
+    assert "position" not in err  # the reader's own "in <unicode string>, position 18"
