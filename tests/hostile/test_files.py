@@ -419,6 +419,7 @@ def test_unset_env_variable_does_not_hide_later_errors(
     _positioned(err, path, 7)  # the template
     _positioned(err, path, 8)  # the schema
     assert len(_positioned(err, path, 12)) == 2  # the choice's name and its target
+    assert "no model" not in err  # the model is missing because the variable is
 
 
 def test_tool_with_no_kind_does_not_hide_a_schema_error(
