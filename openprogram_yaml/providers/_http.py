@@ -1,251 +1,169 @@
-"""What every HTTP provider shares: failures classified for the retry loop
-(``failure_from_status``, ``failure_from_exception``), an SSE line parser, ``stream_turn``
-built on ``run_turn(on_delta=…)``, and the ``HTTPRuntime`` base class, which bounds every
-attempt: a read timeout between bytes, a cap on the reply's size, no redirects followed.
+"""What every HTTP provider shares: its settings, its pooled client, and the turn itself.
 
-The client itself (settings, the aiohttp and httpx clients, one pool per provider
-configuration and event loop) lives in ``_transport``; its names are re-exported here.
+``HTTPRuntime.run_turn`` is the one template of a turn: check what is known before any
+request (closed, no model, no key), build the body, POST it, read the reply whole or as
+server-sent events, classify any failure (``runtimes.failures``), redact secrets from
+messages and stamp the metadata. Every attempt is bounded: a read timeout between bytes, a
+cap on the reply's size, no redirects followed. Where and how a provider is reached (base
+URL, key and its variable, headers, timeouts, reply cap, pool) is one ``ProviderSettings``.
+Adding a provider means writing its wire format only::
+
+    class EchoRuntime(HTTPRuntime):
+        runtime_id, path = "echo", "/v1/generate"
+        default_base_url, default_key_env = "https://api.echo.example", "ECHO_API_KEY"
+
+        def auth_headers(self, key):                  # how the key travels
+            return {"authorization": f"Bearer {key}"} if key else {}
+        def build_body(self, model, prompt, system_prompt, options, stream):
+            return {"model": model, "input": prompt, "stream": stream}
+        def parse_reply(self, data):                  # a whole JSON reply
+            return RuntimeResult(content=shape.str_at(data, "output"))
+        def stream_assembler(self, on_delta):         # its server-sent events
+            return EchoAssembler(self.provider, on_delta)
+
+Options of its own go in its ``__init__``, with ``**settings: Unpack[ProviderOptions]``
+passed on to ``HTTPRuntime.__init__``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import json
+import math
 import os
-import sys
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlsplit
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ErrorReason
 from ..redaction import redact
-from ..runtimes.failures import classify_status, is_quota_text, retry_after_from_headers
-from ..runtimes.protocol import RuntimeDelta, RuntimeResult, TurnFailure
+from ..runtimes.failures import failure_from_exception, failure_from_redirect, failure_from_status
+from ..runtimes.protocol import (
+    DeltaCallback,
+    Message,
+    RuntimeConfig,
+    RuntimeDelta,
+    RuntimeResult,
+    TurnFailure,
+)
 from ..runtimes.wrapping import stream_via_run_turn
 from ._shape import BadReply, ReplyTooLarge, bad_reply_failure
-from ._transport import (
-    DEFAULT_MAX_REPLY_BYTES,
-    AiohttpClient,
+from .http_client import (
     ClientPool,
+    ClientSettings,
     HTTPClient,
-    HTTPSettings,
-    HttpxClient,
     Reply,
     Timeouts,
-    build_client,
     iter_lines,
     make_client,
     request_timeout,
-    resolve_read_timeout,
 )
 
 if TYPE_CHECKING:
     import httpx
 
 __all__ = [
-    "AiohttpClient",
-    "ClientPool",
+    "DEFAULT_MAX_REPLY_BYTES",
+    "DEFAULT_READ_TIMEOUT_S",
     "HTTPRuntime",
-    "HTTPSettings",
-    "HttpxClient",
-    "Reply",
+    "ProviderOptions",
+    "ProviderSettings",
     "SSEEvent",
     "StreamAssembler",
-    "build_client",
     "failed",
-    "failure_from_body_error",
-    "failure_from_exception",
-    "failure_from_redirect",
-    "failure_from_status",
     "image_source",
     "is_local_url",
-    "iter_lines",
     "iter_sse",
-    "make_client",
-    "redact",
-    "request_timeout",
-    "stream_via_run_turn",
+    "resolve_read_timeout",
 ]
 
-#: The longest piece of a server's error body kept in a message.
-MAX_ERROR_TEXT = 500
+#: Seconds a server may stay silent (before its first byte or between two) per attempt.
+DEFAULT_READ_TIMEOUT_S = 120.0
+#: The largest reply body read, streamed or not (10 MiB).
+DEFAULT_MAX_REPLY_BYTES = 10 * 1024 * 1024
 
 
-# --- failures --------------------------------------------------------------------------
+def resolve_read_timeout(value: float | None) -> float:
+    """``value``, else ``OPENPROGRAM_READ_TIMEOUT_S``, else 120 seconds; always finite > 0.
 
-
-def _error_text(body: bytes | str) -> str:
-    """The human part of an error body: ``error.message`` when it is JSON, else the text."""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text.strip()[:MAX_ERROR_TEXT]
-    error = data.get("error", data) if isinstance(data, dict) else data
-    if isinstance(error, dict):
-        message = error.get("message") or error.get("detail") or error.get("type")
-        if isinstance(message, str) and message:
-            return message[:MAX_ERROR_TEXT]
-    if isinstance(error, str) and error:
-        return error[:MAX_ERROR_TEXT]
-    return text.strip()[:MAX_ERROR_TEXT]
-
-
-def failure_from_status(
-    status: int,
-    headers: Mapping[str, str],
-    body: bytes | str,
-    *,
-    provider: str,
-    secrets: Iterable[str | None] = (),
-    now: Callable[[], float] = time.time,
-) -> TurnFailure:
-    """Classify an HTTP error response for the retry loop.
-
-    401/403 auth and 400/404/413/422 invalid requests are final; 429 is a retryable rate
-    limit unless the body speaks of quota or billing; 408, 409 and 5xx are retryable.
+    Without a bound, a server that accepts a connection and never answers holds a run for
+    as long as the exec allows, which with no ``timeout_s`` is forever.
     """
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
-    retry_after = retry_after_from_headers(headers, now=now())
-    detail = _error_text(body)
-    reason, retryable = classify_status(status, text)
-    message = f"{provider}: HTTP {status} {reason}"
-    if detail:
-        message += f": {detail}"
-    if retry_after is not None and retryable:
-        message += f" (retry after {retry_after:g}s)"
-    return TurnFailure(
-        reason=reason,
-        message=redact(message, secrets),
-        retryable=retryable,
-        http_status=status,
-        retry_after_s=retry_after if retryable else None,
-    )
+    name = "timeout_s"
+    if value is None:
+        raw = os.environ.get("OPENPROGRAM_READ_TIMEOUT_S", "").strip()
+        if not raw:
+            return DEFAULT_READ_TIMEOUT_S
+        name = "OPENPROGRAM_READ_TIMEOUT_S"
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a number > 0 (seconds), not {value!r}")
+    return float(value)
 
 
-#: Error ``type`` values providers send inside a body or an SSE ``error`` event.
-_BODY_ERROR_TYPES: dict[str, tuple[ErrorReason, bool]] = {
-    "overloaded_error": (ErrorReason.SERVER_ERROR, True),
-    "api_error": (ErrorReason.SERVER_ERROR, True),
-    "server_error": (ErrorReason.SERVER_ERROR, True),
-    "rate_limit_error": (ErrorReason.RATE_LIMIT, True),
-    "rate_limit_exceeded": (ErrorReason.RATE_LIMIT, True),
-    "timeout_error": (ErrorReason.TIMEOUT, True),
-    "insufficient_quota": (ErrorReason.QUOTA, False),
-    "billing_error": (ErrorReason.QUOTA, False),
-    "authentication_error": (ErrorReason.AUTH, False),
-    "permission_error": (ErrorReason.AUTH, False),
-    "invalid_request_error": (ErrorReason.INVALID_REQUEST, False),
-    "not_found_error": (ErrorReason.INVALID_REQUEST, False),
-    "request_too_large": (ErrorReason.INVALID_REQUEST, False),
-}
+def _reply_cap(value: int | None) -> int:
+    if value is None:
+        return DEFAULT_MAX_REPLY_BYTES
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"max_reply_bytes must be an integer > 0, not {value!r}")
+    return value
 
 
-def failure_from_body_error(
-    error: Any, *, provider: str, secrets: Iterable[str | None] = ()
-) -> TurnFailure:
-    """Classify an ``{"error": …}`` object sent with a 200 or inside a stream."""
-    if isinstance(error, dict):
-        kind = str(error.get("code") or error.get("type") or "")
-        detail = str(error.get("message") or kind or "error")
-        status = error.get("code") if isinstance(error.get("code"), int) else None
-    else:
-        kind, detail, status = "", str(error), None
-    if status is not None:
-        failure = failure_from_status(status, {}, json.dumps({"error": error}), provider=provider)
-        failure.message = redact(failure.message, secrets)
-        return failure
-    reason, retryable = _BODY_ERROR_TYPES.get(kind, (ErrorReason.SERVER_ERROR, True))
-    if kind not in _BODY_ERROR_TYPES and is_quota_text(detail):
-        reason, retryable = ErrorReason.QUOTA, False
-    message = f"{provider}: {kind or 'error'}: {detail[:MAX_ERROR_TEXT]}"
-    return TurnFailure(reason.value, redact(message, secrets), retryable)
+@dataclass(frozen=True, slots=True)
+class ProviderSettings:
+    """Where and how one provider configuration is reached: everything but the wire format.
 
-
-def failure_from_redirect(
-    status: int,
-    headers: Mapping[str, str],
-    *,
-    provider: str,
-    secrets: Iterable[str | None] = (),
-) -> TurnFailure:
-    """A 3xx reply: final, since the next attempt gets the same redirect.
-
-    Redirects are not followed: they would carry the key to wherever ``Location`` points.
+    ``api_key`` and ``headers`` may hold secrets: they are left out of ``repr``.
     """
-    location = {k.lower(): v for k, v in headers.items()}.get("location")
-    where = f"redirect to {location[:MAX_ERROR_TEXT]}" if location else "redirect with no Location"
-    message = (
-        f"{provider}: HTTP {status} {where}; redirects are not followed, "
-        "set base_url to the address that answers"
-    )
-    return TurnFailure(
-        ErrorReason.INVALID_REQUEST.value,
-        redact(message, secrets),
-        False,
-        http_status=status,
-    )
+
+    provider: str
+    base_url: str
+    api_key_env: str = ""
+    api_key: str | None = field(default=None, repr=False)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: Seconds the server may stay silent per attempt, before its first byte or between two.
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S
+    connect_timeout_s: float = 10.0
+    #: The largest reply body read, streamed or not.
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+    max_connections: int = 200
+
+    @property
+    def key_required(self) -> bool:
+        """A key is required unless the server is on this machine or a private network."""
+        return not is_local_url(self.base_url)
+
+    def client(self, headers: Mapping[str, str]) -> ClientSettings:
+        """The pooled client's settings, sending ``headers`` (auth included) on every request."""
+        return ClientSettings(
+            base_url=self.base_url,
+            headers=headers,
+            timeout_s=self.read_timeout_s,
+            connect_timeout_s=self.connect_timeout_s,
+            max_connections=self.max_connections,
+            max_keepalive_connections=min(self.max_connections, 100),
+        )
 
 
-def failure_from_exception(
-    exc: BaseException,
-    *,
-    provider: str,
-    secrets: Iterable[str | None] = (),
-    read_timeout_s: float | None = None,
-) -> TurnFailure:
-    """Translate an exception raised while talking to a provider.
+class ProviderOptions(TypedDict, total=False):
+    """The keyword options every HTTP runtime takes; ``HTTPRuntime`` says what each means."""
 
-    Timeouts and network failures are transient; anything else is reported as unknown and
-    final, since it is most likely a bug rather than a flaky network. ``read_timeout_s``
-    (the bound in force) lets a read timeout say how long the server was silent.
-    """
-    if isinstance(exc, BadReply):
-        return bad_reply_failure(provider, exc)
-    transient = _transient_errors()
-    if isinstance(exc, transient[0]):
-        reason, retryable = ErrorReason.TIMEOUT, True
-    elif isinstance(exc, transient[1]):
-        reason, retryable = ErrorReason.CONNECTION, True
-    else:
-        reason, retryable = ErrorReason.UNKNOWN, False
-    detail = str(exc) or type(exc).__name__
-    message = f"{provider}: {reason.value}: {type(exc).__name__}: {detail[:MAX_ERROR_TEXT]}"
-    if read_timeout_s is not None and isinstance(exc, _read_timeouts()):
-        message = f"{provider}: timeout: the server sent nothing for {read_timeout_s:g} s "
-        message += "(read timeout)"
-    return TurnFailure(reason.value, redact(message, secrets), retryable)
-
-
-def _read_timeouts() -> tuple[type[BaseException], ...]:
-    """The exceptions that mean "no byte arrived in time", of the HTTP libraries loaded."""
-    found: list[type[BaseException]] = []
-    httpx = sys.modules.get("httpx")
-    if httpx is not None:
-        found.append(httpx.ReadTimeout)
-    aiohttp = sys.modules.get("aiohttp")
-    if aiohttp is not None:
-        found.append(getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError))
-    return tuple(found)
-
-
-def _transient_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """(timeouts, connection failures) of the HTTP libraries in use; only loaded ones count."""
-    timeouts: list[type[BaseException]] = [TimeoutError]  # aiohttp's timeouts are these
-    network: list[type[BaseException]] = [ConnectionError, asyncio.IncompleteReadError]
-    httpx = sys.modules.get("httpx")
-    if httpx is not None:
-        timeouts.append(httpx.TimeoutException)
-        network.append(httpx.TransportError)
-    aiohttp = sys.modules.get("aiohttp")
-    if aiohttp is not None:
-        network += [aiohttp.ClientConnectionError, aiohttp.ClientPayloadError]
-    return tuple(timeouts), tuple(network)
+    base_url: str | None
+    api_key: str | None
+    api_key_env: str | None
+    headers: Mapping[str, str] | None
+    timeout_s: float | None
+    connect_timeout_s: float
+    max_connections: int
+    provider: str | None
+    model: str | None
+    transport: httpx.AsyncBaseTransport | None
+    max_reply_bytes: int | None
 
 
 def failed(failure: TurnFailure, **metadata: Any) -> RuntimeResult:
@@ -288,7 +206,7 @@ def image_source(block: Mapping[str, Any]) -> tuple[str, str] | str | None:
 # --- server-sent events ----------------------------------------------------------------
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class SSEEvent:
     """One server-sent event: its ``event`` name (default "message") and ``data`` text.
 
@@ -379,7 +297,7 @@ class StreamAssembler:
 
 
 class HTTPRuntime:
-    """What the OpenAI-compatible and Anthropic runtimes share: options, key, client, I/O.
+    """One turn over HTTP, the same for every wire format (see the module docstring).
 
     Options (keyword only, all optional): ``base_url``, ``api_key``, ``api_key_env``,
     ``headers``, ``timeout_s`` (seconds the server may stay silent per attempt, before its
@@ -396,6 +314,8 @@ class HTTPRuntime:
     default_base_url: str = ""
     default_key_env: str = ""
     base_url_env: str = ""
+    #: Where requests go, under the base URL.
+    path: str = ""
     #: Bare model ids (no "provider:" prefix) this runtime claims in ``supports``.
     bare_model_prefixes: tuple[str, ...] = ()
 
@@ -414,41 +334,66 @@ class HTTPRuntime:
         transport: httpx.AsyncBaseTransport | None = None,
         max_reply_bytes: int | None = None,
     ) -> None:
-        self.provider: str = provider or self.runtime_id
-        self.read_timeout_s = resolve_read_timeout(timeout_s)
-        if max_reply_bytes is None:
-            max_reply_bytes = DEFAULT_MAX_REPLY_BYTES
-        if (
-            isinstance(max_reply_bytes, bool)
-            or not isinstance(max_reply_bytes, int)
-            or max_reply_bytes <= 0
-        ):
-            raise ValueError(f"max_reply_bytes must be an integer > 0, not {max_reply_bytes!r}")
-        self.max_reply_bytes = max_reply_bytes
-        self.model = model
-        self.base_url = (
-            base_url or (os.environ.get(self.base_url_env) if self.base_url_env else None)
-        ) or self.default_base_url
-        self.base_url = self.base_url.rstrip("/")
-        self._api_key = api_key
-        self.api_key_env = api_key_env or self.default_key_env
-        self._settings = HTTPSettings(
-            base_url=self.base_url,
+        if base_url is None and self.base_url_env:
+            base_url = os.environ.get(self.base_url_env)
+        self.settings = ProviderSettings(
+            provider=provider or self.runtime_id,
+            base_url=(base_url or self.default_base_url).rstrip("/"),
+            api_key_env=api_key_env or self.default_key_env,
+            api_key=api_key,
             headers=dict(headers or {}),
-            timeout_s=self.read_timeout_s,
+            read_timeout_s=resolve_read_timeout(timeout_s),
             connect_timeout_s=connect_timeout_s,
+            max_reply_bytes=_reply_cap(max_reply_bytes),
             max_connections=max_connections,
-            max_keepalive_connections=min(max_connections, 100),
         )
+        self.provider = self.settings.provider
+        self.model = model
+        self.config = RuntimeConfig(
+            self.runtime_id,
+            {
+                "provider": self.provider,
+                "base_url": self.settings.base_url,
+                "api_key_env": self.settings.api_key_env,
+            },
+        )
+        self._api_key = api_key
         self._transport = transport
         self._pool: ClientPool[HTTPClient] = ClientPool(self._new_client)
         self._extra_secrets: set[str] = set()
-        self.key_required = not is_local_url(self.base_url)
+
+    # --- the wire format: what a provider writes ---------------------------------------
+
+    def auth_headers(self, key: str | None) -> dict[str, str]:  # pragma: no cover
+        """The headers that carry ``key`` (and any the API requires on every request)."""
+        raise NotImplementedError
+
+    def build_body(
+        self,
+        model: str,
+        prompt: str | Sequence[Message],
+        system_prompt: str | None,
+        options: Mapping[str, Any],
+        stream: bool,
+    ) -> dict[str, Any]:  # pragma: no cover
+        """The JSON body of one request."""
+        raise NotImplementedError
+
+    def parse_reply(self, data: Mapping[str, Any]) -> RuntimeResult | TurnFailure:
+        """A whole JSON reply as a result (``shape``'s accessors name what is malformed)."""
+        raise NotImplementedError  # pragma: no cover
+
+    def stream_assembler(self, on_delta: DeltaCallback) -> StreamAssembler:  # pragma: no cover
+        """A fresh assembler for one streamed reply."""
+        raise NotImplementedError
 
     # --- identity -------------------------------------------------------------------
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(provider={self.provider!r}, base_url={self.base_url!r})"
+        return (
+            f"{type(self).__name__}(provider={self.provider!r}, "
+            f"base_url={self.settings.base_url!r})"
+        )
 
     def supports(self, model_ref: str | None = None) -> bool:
         """Refs prefixed with this runtime's provider name or id, or known bare model ids."""
@@ -466,33 +411,70 @@ class HTTPRuntime:
         _, sep, rest = model_ref.partition(":")
         return rest if sep else model_ref
 
+    # --- one turn -------------------------------------------------------------------
+
+    async def run_turn(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        system_prompt: str | None = None,
+        model_ref: str | None = None,
+        **kwargs: Any,
+    ) -> RuntimeResult:
+        """One request; streams when ``on_delta`` is given. Never raises."""
+        model = self.model_id(model_ref)
+        meta = {"runtime": self.runtime_id, "provider": self.provider, "model": model}
+        failure = self._precheck(model, kwargs)
+        if failure is not None:
+            return failed(failure, **meta)
+        on_delta: DeltaCallback | None = kwargs.get("on_delta")
+        try:
+            body = self.build_body(model or "", prompt, system_prompt, kwargs, on_delta is not None)
+            budget = kwargs.get("timeout_s")
+            headers = self._turn_headers(kwargs)
+            outcome: RuntimeResult | TurnFailure
+            if on_delta is None:
+                data = await self._post_json(self.path, body, budget, headers)
+                outcome = data if isinstance(data, TurnFailure) else self.parse_reply(data)
+            else:
+                assembler = self.stream_assembler(on_delta)
+                outcome = await self._post_stream(self.path, body, budget, assembler, headers)
+        except BadReply as exc:
+            outcome = bad_reply_failure(self.provider, exc)
+        except Exception as exc:  # never raise from run_turn
+            outcome = TurnFailure(
+                ErrorReason.UNKNOWN.value, f"{self.provider}: {type(exc).__name__}: {exc}", False
+            )
+        if isinstance(outcome, TurnFailure):
+            outcome.message = redact(outcome.message, self._secrets())
+            return failed(outcome, **meta)
+        outcome.metadata = {**meta, **{k: v for k, v in outcome.metadata.items() if v is not None}}
+        return outcome
+
+    def stream_turn(self, prompt: Any, **kwargs: Any) -> AsyncIterator[RuntimeDelta]:
+        """Stream one turn: text, tool-call and thinking deltas, ending with ``error`` on
+        failure. Built on ``run_turn(on_delta=…)``."""
+        return stream_via_run_turn(self.run_turn, prompt, kwargs)
+
+    async def aclose(self) -> None:
+        """Close the pooled client; later turns fail with reason ``closed``."""
+        await self._pool.aclose()
+
     # --- key and client -------------------------------------------------------------
 
     def _key(self) -> str | None:
-        if self._api_key is None and self.api_key_env:
-            self._api_key = os.environ.get(self.api_key_env) or None
+        if self._api_key is None and self.settings.api_key_env:
+            self._api_key = os.environ.get(self.settings.api_key_env) or None
         return self._api_key
 
     def _secrets(self) -> tuple[str | None, ...]:
-        return (self._api_key, *self._extra_secrets, *self._settings.headers.values())
-
-    def _auth_headers(self, key: str | None) -> dict[str, str]:  # pragma: no cover
-        raise NotImplementedError
+        return (self._api_key, *self._extra_secrets, *self.settings.headers.values())
 
     def _new_client(self) -> HTTPClient:
         headers = {"content-type": "application/json", "accept": "application/json"}
-        headers.update(self._auth_headers(self._key()))
-        headers.update(self._settings.headers)
-        settings = HTTPSettings(
-            base_url=self._settings.base_url,
-            headers=headers,
-            timeout_s=self._settings.timeout_s,
-            connect_timeout_s=self._settings.connect_timeout_s,
-            max_connections=self._settings.max_connections,
-            max_keepalive_connections=self._settings.max_keepalive_connections,
-            keepalive_expiry_s=self._settings.keepalive_expiry_s,
-        )
-        return make_client(settings, self._transport)
+        headers.update(self.auth_headers(self._key()))
+        headers.update(self.settings.headers)
+        return make_client(self.settings.client(headers), self._transport)
 
     def _turn_headers(self, options: Mapping[str, Any]) -> dict[str, str] | None:
         """Per-request auth headers when a turn brings its own ``api_key``."""
@@ -500,7 +482,7 @@ class HTTPRuntime:
         if not key or key == self._api_key:
             return None
         self._extra_secrets.add(key)
-        return self._auth_headers(key)
+        return self.auth_headers(key)
 
     def _precheck(self, model: str | None, options: Mapping[str, Any]) -> TurnFailure | None:
         """A failure known before any request: closed, no model, or no key."""
@@ -513,22 +495,21 @@ class HTTPRuntime:
                 f"'{self.provider}:MODEL' or the runtime option `model`)",
                 False,
             )
-        if self.key_required and self._key() is None and not options.get("api_key"):
+        if self.settings.key_required and self._key() is None and not options.get("api_key"):
             return TurnFailure(
                 ErrorReason.AUTH.value,
-                f"{self.provider}: no API key: set {self.api_key_env} or the `api_key` option",
+                f"{self.provider}: no API key: set {self.settings.api_key_env} "
+                "or the `api_key` option",
                 False,
             )
         return None
 
-    async def aclose(self) -> None:
-        """Close the pooled client; later turns fail with reason ``closed``."""
-        await self._pool.aclose()
-
     # --- I/O ------------------------------------------------------------------------
 
     def _exception_failure(self, exc: BaseException, timeout: Timeouts | None) -> TurnFailure:
-        read_timeout = timeout.read if timeout is not None else self.read_timeout_s
+        if isinstance(exc, BadReply):
+            return bad_reply_failure(self.provider, exc)
+        read_timeout = timeout.read if timeout is not None else self.settings.read_timeout_s
         return failure_from_exception(
             exc, provider=self.provider, secrets=self._secrets(), read_timeout_s=read_timeout
         )
@@ -555,13 +536,18 @@ class HTTPRuntime:
         headers: Mapping[str, str] | None = None,
     ) -> dict[str, Any] | TurnFailure:
         """POST a JSON body; the decoded JSON reply, or a classified failure."""
-        timeout = request_timeout(self._settings, budget_s)
+        cap = self.settings.max_reply_bytes
+        timeout = request_timeout(
+            self.settings.read_timeout_s, self.settings.connect_timeout_s, budget_s
+        )
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         try:
-            async with self._pool.get().post(path, content, headers, timeout) as response:
+            async with self._pool.get().request(
+                "POST", path, content, headers, timeout
+            ) as response:
                 if 300 <= response.status < 400:
                     return self._redirect_failure(response)
-                raw = await read_capped(response, self.max_reply_bytes)
+                raw = await read_capped(response, cap)
         except Exception as exc:
             return self._exception_failure(exc, timeout)
         if response.status >= 400:
@@ -590,16 +576,21 @@ class HTTPRuntime:
         headers: Mapping[str, str] | None = None,
     ) -> RuntimeResult | TurnFailure:
         """POST a streaming request and feed its events to ``assembler`` until it is done."""
-        timeout = request_timeout(self._settings, budget_s)
+        cap = self.settings.max_reply_bytes
+        timeout = request_timeout(
+            self.settings.read_timeout_s, self.settings.connect_timeout_s, budget_s
+        )
         content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         try:
-            async with self._pool.get().post(path, content, headers, timeout) as response:
+            async with self._pool.get().request(
+                "POST", path, content, headers, timeout
+            ) as response:
                 if 300 <= response.status < 400:
                     return self._redirect_failure(response)
                 if response.status >= 400:
-                    raw = await read_capped(response, self.max_reply_bytes)
+                    raw = await read_capped(response, cap)
                     return self._status_failure(response, raw)
-                failure = await _feed(response, assembler, self.max_reply_bytes)
+                failure = await _feed(response, assembler, cap)
                 if failure is not None:
                     return failure
         except Exception as exc:
@@ -611,14 +602,6 @@ class HTTPRuntime:
                 True,
             )
         return assembler.result()
-
-    def stream_turn(self, prompt: Any, **kwargs: Any) -> AsyncIterator[RuntimeDelta]:
-        """Stream one turn: text, tool-call and thinking deltas, ending with ``error`` on
-        failure. Built on ``run_turn(on_delta=…)``."""
-        return stream_via_run_turn(self.run_turn, prompt, kwargs)
-
-    async def run_turn(self, prompt: Any, **kwargs: Any) -> RuntimeResult:  # pragma: no cover
-        raise NotImplementedError
 
 
 async def _capped(chunks: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:

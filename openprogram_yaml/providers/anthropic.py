@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Unpack
 
-from ..errors import ErrorReason
+from ..runtimes.failures import failure_from_body_error
 from ..runtimes.protocol import (
     Capabilities,
     DeltaCallback,
     Message,
-    RuntimeConfig,
     RuntimeDelta,
     RuntimeResult,
     ToolCall,
@@ -27,18 +26,7 @@ from ..runtimes.protocol import (
     Usage,
 )
 from . import _shape as shape
-from ._http import (
-    HTTPRuntime,
-    SSEEvent,
-    StreamAssembler,
-    failed,
-    failure_from_body_error,
-    image_source,
-    redact,
-)
-
-if TYPE_CHECKING:
-    import httpx
+from ._http import HTTPRuntime, ProviderOptions, SSEEvent, StreamAssembler, image_source
 
 __all__ = ["AnthropicRuntime"]
 
@@ -97,46 +85,21 @@ class AnthropicRuntime(HTTPRuntime):
     def __init__(
         self,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        api_key_env: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = None,
-        connect_timeout_s: float = 10.0,
-        max_connections: int = 200,
-        provider: str | None = None,
-        model: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        max_reply_bytes: int | None = None,
         max_tokens: int | None = None,
         anthropic_version: str = API_VERSION,
         beta: Sequence[str] = (),
         native_json_schema: bool | None = None,
+        **settings: Unpack[ProviderOptions],
     ) -> None:
-        super().__init__(
-            base_url=base_url,
-            api_key=api_key,
-            api_key_env=api_key_env,
-            headers=headers,
-            timeout_s=timeout_s,
-            connect_timeout_s=connect_timeout_s,
-            max_connections=max_connections,
-            provider=provider,
-            model=model,
-            transport=transport,
-            max_reply_bytes=max_reply_bytes,
-        )
+        super().__init__(**settings)
         self.default_max_tokens = max_tokens
         self.anthropic_version = anthropic_version
         self.beta = tuple(beta)
         self.native_json_schema = native_json_schema
-        self.path = "/messages" if self.base_url.endswith("/v1") else "/v1/messages"
-        self.config = RuntimeConfig(
-            self.runtime_id,
-            {"provider": self.provider, "base_url": self.base_url, "api_key_env": self.api_key_env},
-        )
+        self.path = "/messages" if self.settings.base_url.endswith("/v1") else "/v1/messages"
 
-    def _auth_headers(self, key: str | None) -> dict[str, str]:
+    def auth_headers(self, key: str | None) -> dict[str, str]:
+        """``x-api-key``, ``anthropic-version`` and ``anthropic-beta``."""
         headers = {"anthropic-version": self.anthropic_version}
         if key:
             headers["x-api-key"] = key
@@ -151,45 +114,7 @@ class AnthropicRuntime(HTTPRuntime):
             native = native_schema_model(self.model_id(model_ref))
         return Capabilities(native_json_schema=native, forced_tool_choice=True)
 
-    # --- one turn -------------------------------------------------------------------
-
-    async def run_turn(
-        self,
-        prompt: str | Sequence[Message],
-        *,
-        system_prompt: str | None = None,
-        model_ref: str | None = None,
-        **kwargs: Any,
-    ) -> RuntimeResult:
-        """One Messages call; streams when ``on_delta`` is given. Never raises."""
-        model = self.model_id(model_ref)
-        meta = {"runtime": self.runtime_id, "provider": self.provider, "model": model}
-        failure = self._precheck(model, kwargs)
-        if failure is not None:
-            return failed(failure, **meta)
-        on_delta: DeltaCallback | None = kwargs.get("on_delta")
-        try:
-            body = self.build_body(model or "", prompt, system_prompt, kwargs, on_delta is not None)
-            budget = kwargs.get("timeout_s")
-            headers = self._turn_headers(kwargs)
-            outcome: RuntimeResult | TurnFailure
-            if on_delta is None:
-                data = await self._post_json(self.path, body, budget, headers)
-                outcome = data if isinstance(data, TurnFailure) else parse_message(data, self)
-            else:
-                assembler = _EventAssembler(self.provider, on_delta)
-                outcome = await self._post_stream(self.path, body, budget, assembler, headers)
-        except shape.BadReply as exc:
-            outcome = shape.bad_reply_failure(self.provider, exc)
-        except Exception as exc:  # never raise from run_turn
-            outcome = TurnFailure(
-                ErrorReason.UNKNOWN.value, f"{self.provider}: {type(exc).__name__}: {exc}", False
-            )
-        if isinstance(outcome, TurnFailure):
-            outcome.message = redact(outcome.message, self._secrets())
-            return failed(outcome, **meta)
-        outcome.metadata = {**meta, **{k: v for k, v in outcome.metadata.items() if v is not None}}
-        return outcome
+    # --- the wire format ----------------------------------------------------------
 
     def build_body(
         self,
@@ -230,6 +155,14 @@ class AnthropicRuntime(HTTPRuntime):
         if stream:
             body["stream"] = True
         return body
+
+    def parse_reply(self, data: Mapping[str, Any]) -> RuntimeResult | TurnFailure:
+        """A ``message`` body (see ``parse_message``)."""
+        return parse_message(data, self)
+
+    def stream_assembler(self, on_delta: DeltaCallback) -> StreamAssembler:
+        """Assembles Messages stream events."""
+        return _EventAssembler(self.provider, on_delta)
 
 
 # --- request ---------------------------------------------------------------------------

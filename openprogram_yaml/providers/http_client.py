@@ -1,12 +1,14 @@
-"""The one home of the providers' HTTP client: settings, the two clients, the pool.
+"""The package's one production HTTP client: settings, the two clients, the pool.
 
-The transport is chosen by measurement (DESIGN.md, benchmarks/README.md): providers talk
-to servers through aiohttp's client (``AiohttpClient``), which served 1,000 concurrent
-loopback runs in about 1.1x bare aiohttp's time where httpx's default transport took 12
-to 45 s, and costs less per call than httpx over any transport. A runtime given an httpx
-``transport=`` (``httpx.MockTransport`` in tests) talks through ``HttpxClient`` instead;
-both answer the same two calls, so the providers' code has one path. ``make_client`` is
-the single place that picks between them. Both libraries are imported lazily.
+Providers and the ``http`` tool both talk through it. The transport is chosen by
+measurement (DESIGN.md, benchmarks/README.md): aiohttp's client (``AiohttpClient``) served
+1,000 concurrent loopback runs in about 1.1x bare aiohttp's time where httpx's default
+transport took 12 to 45 s, and costs less per call than httpx over any transport. A provider
+given an httpx ``transport=`` (``httpx.MockTransport`` in tests) talks through
+``HttpxClient`` instead; both answer the same call, so callers have one path.
+``make_client`` is the single place that picks between them. Neither client follows
+redirects (they would carry credentials to wherever ``Location`` points) or reads proxy
+variables. Both libraries are imported lazily.
 """
 
 from __future__ import annotations
@@ -14,26 +16,20 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import math
-import os
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 if TYPE_CHECKING:
     import aiohttp
     import httpx
 
 __all__ = [
-    "DEFAULT_MAX_REPLY_BYTES",
-    "DEFAULT_READ_TIMEOUT_S",
     "AiohttpClient",
     "ClientPool",
+    "ClientSettings",
     "HTTPClient",
-    "HTTPSettings",
     "HttpxClient",
     "Reply",
     "Timeouts",
@@ -41,51 +37,27 @@ __all__ = [
     "iter_lines",
     "make_client",
     "request_timeout",
-    "resolve_read_timeout",
 ]
 
-#: Seconds a server may stay silent (before its first byte or between two) per attempt.
-DEFAULT_READ_TIMEOUT_S = 120.0
-#: The largest reply body read, streamed or not (10 MiB).
-DEFAULT_MAX_REPLY_BYTES = 10 * 1024 * 1024
 
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """How to build one pooled client. ``headers`` may hold secrets: never print them.
 
-def resolve_read_timeout(value: float | None) -> float:
-    """``value``, else ``OPENPROGRAM_READ_TIMEOUT_S``, else 120 seconds; always finite > 0.
-
-    Without a bound, a server that accepts a connection and never answers holds a run for
-    as long as the exec allows, which with no ``timeout_s`` is forever.
+    With a ``base_url``, requests name a path under it; without one, a whole URL.
     """
-    name = "timeout_s"
-    if value is None:
-        raw = os.environ.get("OPENPROGRAM_READ_TIMEOUT_S", "").strip()
-        if not raw:
-            return DEFAULT_READ_TIMEOUT_S
-        name = "OPENPROGRAM_READ_TIMEOUT_S"
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ValueError(f"{name} must be a number > 0 (seconds), not {value!r}")
-    return float(value)
 
-
-@fast_dataclass(frozen=True)
-class HTTPSettings:
-    """How to build a provider's client. ``headers`` may hold secrets: never print them."""
-
-    base_url: str
+    base_url: str = ""
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: Seconds of silence allowed while waiting for (or reading) a reply.
-    timeout_s: float | None = DEFAULT_READ_TIMEOUT_S
+    timeout_s: float | None = None
     connect_timeout_s: float = 10.0
     max_connections: int = 200
     max_keepalive_connections: int = 50
     keepalive_expiry_s: float = 30.0
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Timeouts:
     """Seconds allowed to connect and between reads (and to wait for a pooled connection)."""
 
@@ -93,15 +65,17 @@ class Timeouts:
     read: float | None
 
 
-def request_timeout(settings: HTTPSettings, budget_s: float | None) -> Timeouts | None:
+def request_timeout(
+    read_s: float | None, connect_s: float, budget_s: float | None
+) -> Timeouts | None:
     """A per-request timeout when the caller's budget is shorter than the client's."""
-    if budget_s is None or (settings.timeout_s is not None and budget_s >= settings.timeout_s):
+    if budget_s is None or (read_s is not None and budget_s >= read_s):
         return None
     budget_s = max(budget_s, 0.001)
-    return Timeouts(min(settings.connect_timeout_s, budget_s), budget_s)
+    return Timeouts(min(connect_s, budget_s), budget_s)
 
 
-def _client_timeouts(settings: HTTPSettings) -> Timeouts:
+def _client_timeouts(settings: ClientSettings) -> Timeouts:
     connect = settings.connect_timeout_s
     if settings.timeout_s is not None:
         connect = min(connect, settings.timeout_s)
@@ -109,7 +83,7 @@ def _client_timeouts(settings: HTTPSettings) -> Timeouts:
 
 
 class Reply(Protocol):
-    """What a provider reads from a response, whichever client fetched it."""
+    """What a caller reads from a response, whichever client fetched it."""
 
     status: int
     headers: Mapping[str, str]
@@ -120,12 +94,14 @@ class Reply(Protocol):
 
 
 class HTTPClient(Protocol):
-    """The two calls providers make: one POST, read whole or as a stream."""
+    """One request, its reply read whole or as a stream; ``target`` is a path under the
+    client's ``base_url``, or a whole URL (sent as written) when it has none."""
 
-    def post(
+    def request(
         self,
-        path: str,
-        content: bytes,
+        method: str,
+        target: str,
+        content: bytes | None,
         headers: Mapping[str, str] | None,
         timeout: Timeouts | None,
     ) -> contextlib.AbstractAsyncContextManager[Reply]: ...
@@ -134,9 +110,9 @@ class HTTPClient(Protocol):
 
 
 def make_client(
-    settings: HTTPSettings, transport: httpx.AsyncBaseTransport | None = None
+    settings: ClientSettings, transport: httpx.AsyncBaseTransport | None = None
 ) -> HTTPClient:
-    """The pooled client of one provider configuration on the running loop.
+    """A pooled client for ``settings`` on the running loop.
 
     aiohttp unless an httpx ``transport`` is given (tests use ``httpx.MockTransport``).
     """
@@ -146,9 +122,9 @@ def make_client(
 
 
 def build_client(
-    settings: HTTPSettings, transport: httpx.AsyncBaseTransport | None = None
+    settings: ClientSettings, transport: httpx.AsyncBaseTransport | None = None
 ) -> httpx.AsyncClient:
-    """An httpx client for one provider configuration (used with an explicit transport)."""
+    """An httpx client for ``settings`` (used with an explicit transport)."""
     import httpx
 
     timeouts = _client_timeouts(settings)
@@ -211,15 +187,16 @@ class _AiohttpReply:
 
 
 class AiohttpClient:
-    """A pooled aiohttp ``ClientSession`` for one provider configuration and loop.
+    """A pooled aiohttp ``ClientSession`` for one configuration and loop.
 
     Same settings as the httpx client it replaces: no redirects, no proxy variables,
-    ``connect`` bounds making a connection and ``read`` each wait for data.
+    ``connect`` bounds making a connection and ``read`` each wait for data. It adds no
+    ``Content-Type`` of its own, as httpx does not.
     """
 
     __slots__ = ("_session", "_timeout", "_urls")
 
-    def __init__(self, settings: HTTPSettings) -> None:
+    def __init__(self, settings: ClientSettings) -> None:
         import aiohttp
 
         timeouts = _client_timeouts(settings)
@@ -239,19 +216,28 @@ class AiohttpClient:
             headers=dict(settings.headers),
             timeout=self._timeout,
             trust_env=False,
+            skip_auto_headers=("Content-Type",),
         )
-        self._urls: dict[str, str] = {"": settings.base_url.rstrip("/")}
+        base_url = settings.base_url.rstrip("/")
+        self._urls: dict[str, str] | None = {"": base_url} if base_url else None
 
-    def _url(self, path: str) -> str:
-        url = self._urls.get(path)
+    def _url(self, target: str) -> Any:
+        if self._urls is None:
+            import yarl
+
+            # As written: the http tool built and checked this URL (safe_urls); requoting
+            # could turn an escaped value back into a path separator or a dot segment.
+            return yarl.URL(target, encoded=True)
+        url = self._urls.get(target)
         if url is None:
-            url = self._urls[path] = self._urls[""] + "/" + path.lstrip("/")
+            url = self._urls[target] = self._urls[""] + "/" + target.lstrip("/")
         return url
 
-    def post(
+    def request(
         self,
-        path: str,
-        content: bytes,
+        method: str,
+        target: str,
+        content: bytes | None,
         headers: Mapping[str, str] | None,
         timeout: Timeouts | None,
     ) -> contextlib.AbstractAsyncContextManager[Reply]:
@@ -266,8 +252,9 @@ class AiohttpClient:
                 sock_read=timeout.read,
             )
         return _AiohttpReply(
-            self._session.post(
-                self._url(path),
+            self._session.request(
+                method,
+                self._url(target),
                 data=content,
                 headers=headers,
                 timeout=request_timeout,
@@ -312,10 +299,11 @@ class HttpxClient:
         self.client = client
 
     @contextlib.asynccontextmanager
-    async def post(
+    async def request(
         self,
-        path: str,
-        content: bytes,
+        method: str,
+        target: str,
+        content: bytes | None,
         headers: Mapping[str, str] | None,
         timeout: Timeouts | None,
     ) -> AsyncIterator[Reply]:
@@ -325,7 +313,7 @@ class HttpxClient:
         if timeout is not None:
             request_timeout = httpx.Timeout(timeout.read, connect=timeout.connect)
         async with self.client.stream(
-            "POST", path, content=content, headers=headers, timeout=request_timeout
+            method, target, content=content, headers=headers, timeout=request_timeout
         ) as response:
             yield _HttpxReply(response)
 
@@ -341,7 +329,7 @@ C = TypeVar("C", bound=_Closeable)
 
 
 class ClientPool(Generic[C]):
-    """Owns the pooled client of one runtime instance.
+    """Owns the pooled client of one runtime instance (or of the http tools sharing it).
 
     A connection pool belongs to the event loop it was opened on, so a client is kept per
     loop: a caller that runs each ``exec()`` in a fresh loop (or one loop per thread) still

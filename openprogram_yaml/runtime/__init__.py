@@ -14,15 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from openprogram_yaml.runtime.callable import CallableRuntime
     from openprogram_yaml.runtime.choices import Choice, ChoiceSet, normalize_choices
-    from openprogram_yaml.runtime.retry import (
-        RecoveryBudget,
-        RetryInfo,
-        backoff_delay,
-        classify_exception,
-        classify_status,
-        parse_retry_after,
-        retry_after_from_headers,
-    )
+    from openprogram_yaml.runtime.retry import RecoveryBudget, RetryInfo, backoff_delay
     from openprogram_yaml.runtime.runtime import Runtime
     from openprogram_yaml.runtime.structured import (
         ResponseFormat,
@@ -42,10 +34,6 @@ _EXPORTS: dict[str, str] = {
     "RecoveryBudget": "retry",
     "RetryInfo": "retry",
     "backoff_delay": "retry",
-    "classify_exception": "retry",
-    "classify_status": "retry",
-    "parse_retry_after": "retry",
-    "retry_after_from_headers": "retry",
     "ResponseFormat": "structured",
     "normalize_response_format": "structured",
     "parse_json_strict": "structured",
@@ -72,13 +60,9 @@ __all__ = [
     "ToolsetPreset",
     "TraceNode",
     "backoff_delay",
-    "classify_exception",
-    "classify_status",
     "normalize_choices",
     "normalize_response_format",
     "parse_json_strict",
-    "parse_retry_after",
-    "retry_after_from_headers",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -15,7 +15,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from openprogram_yaml.runtime.retry import classify_exception
+from openprogram_yaml.runtimes.failures import classify_exception
 from openprogram_yaml.runtimes.protocol import (
     Capabilities,
     Message,

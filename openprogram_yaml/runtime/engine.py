@@ -10,24 +10,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.errors import ErrorReason, LLMError
 from openprogram_yaml.runtime.content import assistant_reply
-from openprogram_yaml.runtime.retry import (
-    RecoveryBudget,
-    RetryInfo,
-    backoff_delay,
-    classify_error_text,
-    classify_exception,
-    is_retryable,
-)
+from openprogram_yaml.runtime.retry import RecoveryBudget, RetryInfo, backoff_delay
 from openprogram_yaml.runtime.terminal import Done, Terminal, Unset
 from openprogram_yaml.runtime.toolgate import RECORDED_TOOL_RESULTS
 from openprogram_yaml.runtime.toolloop import ToolRunner
 from openprogram_yaml.runtime.toolsets import Tool
 from openprogram_yaml.runtime.trace import TraceNode
+from openprogram_yaml.runtimes.failures import (
+    classify_error_text,
+    classify_exception,
+    is_retryable,
+)
 from openprogram_yaml.runtimes.protocol import (
     AgentRuntimeProtocol,
     Capabilities,
@@ -122,7 +120,7 @@ def message_record(message: Message) -> dict[str, Any]:
     return record
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class ExecRun:
     """The state of one exec. Built by ``Runtime.async_exec``."""
 

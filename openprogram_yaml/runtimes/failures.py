@@ -1,19 +1,44 @@
-"""How a failed turn is classified: HTTP status, Retry-After hints, quota bodies.
+"""How a failed turn is classified: its reason, whether it is retryable, what makes it final.
 
-The one home of these rules, for the providers (which turn responses into ``TurnFailure``s)
-and for ``Runtime.exec`` (which classifies what a ``call=`` function or plugin raises).
+The one home of these rules. Providers turn HTTP replies and client exceptions into
+``TurnFailure``s (``failure_from_status``, ``failure_from_body_error``,
+``failure_from_redirect``, ``failure_from_exception``); ``Runtime.exec`` classifies what a
+runtime, plugin or ``call=`` function raises or reports (``classify_exception``,
+``classify_error_text``) and asks ``is_retryable`` before another attempt. When to retry
+and how long to wait belongs to ``runtime.retry``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
+import functools
+import json
 import re
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from ..errors import ErrorReason
+from ..errors import ErrorReason, LLMError
+from ..redaction import redact
+from .protocol import TurnFailure
 
-__all__ = ["classify_status", "is_quota_text", "parse_retry_after", "retry_after_from_headers"]
+__all__ = [
+    "MAX_ERROR_TEXT",
+    "PERMANENT_REASONS",
+    "classify_error_text",
+    "classify_exception",
+    "classify_status",
+    "failure_from_body_error",
+    "failure_from_exception",
+    "failure_from_redirect",
+    "failure_from_status",
+    "is_quota_text",
+    "is_retryable",
+    "parse_retry_after",
+    "retry_after_from_headers",
+]
 
 _NUMBER = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$"  # compiled (and cached by re) on first use
 _QUOTA_MARKERS = ("insufficient_quota", "quota", "billing")
@@ -84,3 +109,297 @@ def classify_status(status: int, text: str = "") -> tuple[str, bool]:
     if 400 <= status < 500:
         return ErrorReason.INVALID_REQUEST.value, False
     return ErrorReason.UNKNOWN.value, False
+
+
+#: Failures no retry can fix. A runtime's ``retryable=True`` does not override these.
+PERMANENT_REASONS = frozenset(
+    {
+        ErrorReason.AUTH.value,
+        ErrorReason.INVALID_REQUEST.value,
+        ErrorReason.QUOTA.value,
+        ErrorReason.TRANSPORT_EXHAUSTED.value,
+    }
+)
+
+
+def is_retryable(failure: TurnFailure) -> bool:
+    """Whether another attempt could succeed."""
+    return failure.retryable and failure.reason not in PERMANENT_REASONS
+
+
+# --- what a runtime raised or reported ---------------------------------------------------
+
+
+# Ordered: the first pattern that matches decides. Checked against "ClassName: message".
+_TEXT_PATTERNS: tuple[tuple[str, ErrorReason, bool], ...] = (
+    (r"transport.?exhausted", ErrorReason.TRANSPORT_EXHAUSTED, False),
+    (r"insufficient.?quota|quota.{0,20}exceeded|billing|\b402\b", ErrorReason.QUOTA, False),
+    (
+        r"invalid.{0,10}api.?key|unauthori[sz]ed|authentication|permission.?denied|forbidden|"
+        r"expired.{0,20}(key|token|credential)|\b40[13]\b",
+        ErrorReason.AUTH,
+        False,
+    ),
+    (r"rate.?limit|too many requests|\b429\b", ErrorReason.RATE_LIMIT, True),
+    (r"timed? ?out|timeout", ErrorReason.TIMEOUT, True),
+    (
+        r"overloaded|server.?error|bad gateway|unavailable|\b5\d\d\b",
+        ErrorReason.SERVER_ERROR,
+        True,
+    ),
+    (r"connect|network|reset by peer|broken pipe|eof", ErrorReason.CONNECTION, True),
+    (
+        r"bad.?request|invalid.?request|invalid image|unprocessable|\b4(00|04|13|22)\b",
+        ErrorReason.INVALID_REQUEST,
+        False,
+    ),
+)
+
+
+@functools.cache
+def _text_rules() -> tuple[tuple[re.Pattern[str], str, bool], ...]:
+    # Compiled on the first failure, not at import: most runs never need them.
+    return tuple(
+        (re.compile(pattern, re.IGNORECASE), reason.value, retryable)
+        for pattern, reason, retryable in _TEXT_PATTERNS
+    )
+
+
+def classify_error_text(text: str) -> TurnFailure:
+    """Classify an error known only by its text.
+
+    Only errors known to be transient are retried: an unrecognised one is far more often a
+    deterministic fault (a bad pattern, a bug) than a flaky network, and retrying it six
+    times only delays the same error by a minute.
+    """
+    for pattern, reason, retryable in _text_rules():
+        if pattern.search(text):
+            return TurnFailure(reason=reason, message=text, retryable=retryable)
+    return TurnFailure(reason=ErrorReason.UNKNOWN.value, message=text, retryable=False)
+
+
+def _int_attr(obj: object, *names: str) -> int | None:
+    for name in names:
+        value = getattr(obj, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def classify_exception(exc: BaseException) -> TurnFailure:
+    """Classify an exception a runtime or a ``call=`` function raised.
+
+    Honours, when present: ``LLMError`` fields, an HTTP status (``status_code`` /
+    ``http_status`` / ``status``, or on ``exc.response``), ``retryable``, ``retry_after_s``
+    and ``transport_exhausted`` attributes. Anything unrecognised counts as transient.
+    """
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, LLMError):
+        return TurnFailure(
+            reason=str(exc.reason),
+            message=message,
+            retryable=exc.retryable,
+            http_status=exc.http_status,
+            retry_after_s=exc.retry_after_s,
+        )
+    response = getattr(exc, "response", None)
+    status = _int_attr(exc, "status_code", "http_status", "status")
+    if status is None and response is not None:
+        status = _int_attr(response, "status_code", "status")
+    retry_after = getattr(exc, "retry_after_s", None)
+    if not isinstance(retry_after, int | float) or isinstance(retry_after, bool):
+        retry_after = None
+        headers = getattr(response, "headers", None)
+        if isinstance(headers, Mapping):
+            retry_after = retry_after_from_headers(headers)
+    if getattr(exc, "transport_exhausted", False) is True:
+        failure = TurnFailure(ErrorReason.TRANSPORT_EXHAUSTED.value, message, False)
+    elif status is not None:
+        reason, retryable = classify_status(status, message)
+        failure = TurnFailure(reason, message, retryable, http_status=status)
+    elif isinstance(exc, TimeoutError):
+        failure = TurnFailure(ErrorReason.TIMEOUT.value, message, True)
+    elif isinstance(exc, ConnectionError):
+        failure = TurnFailure(ErrorReason.CONNECTION.value, message, True)
+    else:
+        failure = classify_error_text(message)
+    marked = getattr(exc, "retryable", None)
+    if marked is False:
+        failure.retryable = False
+    elif marked is True and failure.reason not in PERMANENT_REASONS:
+        failure.retryable = True
+    failure.retry_after_s = float(retry_after) if retry_after is not None else None
+    return failure
+
+
+# --- HTTP replies and client exceptions -------------------------------------------------
+
+#: The longest piece of a server's error body kept in a message.
+MAX_ERROR_TEXT = 500
+
+
+def _error_text(body: bytes | str) -> str:
+    """The human part of an error body: ``error.message`` when it is JSON, else the text."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text.strip()[:MAX_ERROR_TEXT]
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("detail") or error.get("type")
+        if isinstance(message, str) and message:
+            return message[:MAX_ERROR_TEXT]
+    if isinstance(error, str) and error:
+        return error[:MAX_ERROR_TEXT]
+    return text.strip()[:MAX_ERROR_TEXT]
+
+
+def failure_from_status(
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes | str,
+    *,
+    provider: str,
+    secrets: Iterable[str | None] = (),
+    now: Callable[[], float] = time.time,
+) -> TurnFailure:
+    """Classify an HTTP error response for the retry loop.
+
+    401/403 auth and 400/404/413/422 invalid requests are final; 429 is a retryable rate
+    limit unless the body speaks of quota or billing; 408, 409 and 5xx are retryable.
+    """
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    retry_after = retry_after_from_headers(headers, now=now())
+    detail = _error_text(body)
+    reason, retryable = classify_status(status, text)
+    message = f"{provider}: HTTP {status} {reason}"
+    if detail:
+        message += f": {detail}"
+    if retry_after is not None and retryable:
+        message += f" (retry after {retry_after:g}s)"
+    return TurnFailure(
+        reason=reason,
+        message=redact(message, secrets),
+        retryable=retryable,
+        http_status=status,
+        retry_after_s=retry_after if retryable else None,
+    )
+
+
+#: Error ``type`` values providers send inside a body or an SSE ``error`` event.
+_BODY_ERROR_TYPES: dict[str, tuple[ErrorReason, bool]] = {
+    "overloaded_error": (ErrorReason.SERVER_ERROR, True),
+    "api_error": (ErrorReason.SERVER_ERROR, True),
+    "server_error": (ErrorReason.SERVER_ERROR, True),
+    "rate_limit_error": (ErrorReason.RATE_LIMIT, True),
+    "rate_limit_exceeded": (ErrorReason.RATE_LIMIT, True),
+    "timeout_error": (ErrorReason.TIMEOUT, True),
+    "insufficient_quota": (ErrorReason.QUOTA, False),
+    "billing_error": (ErrorReason.QUOTA, False),
+    "authentication_error": (ErrorReason.AUTH, False),
+    "permission_error": (ErrorReason.AUTH, False),
+    "invalid_request_error": (ErrorReason.INVALID_REQUEST, False),
+    "not_found_error": (ErrorReason.INVALID_REQUEST, False),
+    "request_too_large": (ErrorReason.INVALID_REQUEST, False),
+}
+
+
+def failure_from_body_error(
+    error: Any, *, provider: str, secrets: Iterable[str | None] = ()
+) -> TurnFailure:
+    """Classify an ``{"error": …}`` object sent with a 200 or inside a stream."""
+    if isinstance(error, dict):
+        kind = str(error.get("code") or error.get("type") or "")
+        detail = str(error.get("message") or kind or "error")
+        status = error.get("code") if isinstance(error.get("code"), int) else None
+    else:
+        kind, detail, status = "", str(error), None
+    if status is not None:
+        failure = failure_from_status(status, {}, json.dumps({"error": error}), provider=provider)
+        failure.message = redact(failure.message, secrets)
+        return failure
+    reason, retryable = _BODY_ERROR_TYPES.get(kind, (ErrorReason.SERVER_ERROR, True))
+    if kind not in _BODY_ERROR_TYPES and is_quota_text(detail):
+        reason, retryable = ErrorReason.QUOTA, False
+    message = f"{provider}: {kind or 'error'}: {detail[:MAX_ERROR_TEXT]}"
+    return TurnFailure(reason.value, redact(message, secrets), retryable)
+
+
+def failure_from_redirect(
+    status: int,
+    headers: Mapping[str, str],
+    *,
+    provider: str,
+    secrets: Iterable[str | None] = (),
+) -> TurnFailure:
+    """A 3xx reply: final, since the next attempt gets the same redirect.
+
+    Redirects are not followed: they would carry the key to wherever ``Location`` points.
+    """
+    location = {k.lower(): v for k, v in headers.items()}.get("location")
+    where = f"redirect to {location[:MAX_ERROR_TEXT]}" if location else "redirect with no Location"
+    message = (
+        f"{provider}: HTTP {status} {where}; redirects are not followed, "
+        "set base_url to the address that answers"
+    )
+    return TurnFailure(
+        ErrorReason.INVALID_REQUEST.value,
+        redact(message, secrets),
+        False,
+        http_status=status,
+    )
+
+
+def failure_from_exception(
+    exc: BaseException,
+    *,
+    provider: str,
+    secrets: Iterable[str | None] = (),
+    read_timeout_s: float | None = None,
+) -> TurnFailure:
+    """Translate an exception raised while talking to a provider.
+
+    Timeouts and network failures are transient; anything else is reported as unknown and
+    final, since it is most likely a bug rather than a flaky network. ``read_timeout_s``
+    (the bound in force) lets a read timeout say how long the server was silent.
+    """
+    transient = _transient_errors()
+    if isinstance(exc, transient[0]):
+        reason, retryable = ErrorReason.TIMEOUT, True
+    elif isinstance(exc, transient[1]):
+        reason, retryable = ErrorReason.CONNECTION, True
+    else:
+        reason, retryable = ErrorReason.UNKNOWN, False
+    detail = str(exc) or type(exc).__name__
+    message = f"{provider}: {reason.value}: {type(exc).__name__}: {detail[:MAX_ERROR_TEXT]}"
+    if read_timeout_s is not None and isinstance(exc, _read_timeouts()):
+        message = f"{provider}: timeout: the server sent nothing for {read_timeout_s:g} s "
+        message += "(read timeout)"
+    return TurnFailure(reason.value, redact(message, secrets), retryable)
+
+
+def _read_timeouts() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean "no byte arrived in time", of the HTTP libraries loaded."""
+    found: list[type[BaseException]] = []
+    httpx = sys.modules.get("httpx")
+    if httpx is not None:
+        found.append(httpx.ReadTimeout)
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is not None:
+        found.append(getattr(aiohttp, "SocketTimeoutError", aiohttp.ServerTimeoutError))
+    return tuple(found)
+
+
+def _transient_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeouts, connection failures) of the HTTP libraries in use; only loaded ones count."""
+    timeouts: list[type[BaseException]] = [TimeoutError]  # aiohttp's timeouts are these
+    network: list[type[BaseException]] = [ConnectionError, asyncio.IncompleteReadError]
+    httpx = sys.modules.get("httpx")
+    if httpx is not None:
+        timeouts.append(httpx.TimeoutException)
+        network.append(httpx.TransportError)
+    aiohttp = sys.modules.get("aiohttp")
+    if aiohttp is not None:
+        network += [aiohttp.ClientConnectionError, aiohttp.ClientPayloadError]
+    return tuple(timeouts), tuple(network)

@@ -17,8 +17,9 @@ Non-2xx statuses (redirects included: they are not followed, so credentials neve
 another host) are a ``ToolError`` with the status and a short excerpt of the body. Header
 values are treated as secrets: they are blanked out of every result and error.
 
-httpx is imported when a request is first made. The client is pooled per event loop and
-shared by the tools given the same ``HttpClients``; ``aclose()`` closes it.
+Requests go through the package's one production HTTP client (``providers.http_client``,
+aiohttp-backed), imported when a request is first made. The client is pooled per event loop
+and shared by the tools given the same ``HttpClients``; ``aclose()`` closes it.
 """
 
 from __future__ import annotations
@@ -27,17 +28,20 @@ import asyncio
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Protocol, TypeAlias
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from openprogram_yaml.errors import ToolError
-from openprogram_yaml.providers._transport import ClientPool
+from openprogram_yaml.providers.http_client import (
+    ClientPool,
+    ClientSettings,
+    HTTPClient,
+    Timeouts,
+    make_client,
+)
 from openprogram_yaml.redaction import redact
 from openprogram_yaml.safe_urls import UnsafeURL, build_url, check_template, parse_hosts
 from openprogram_yaml.tools.base import ConfiguredTool, TextTemplate, ToolBuildError, cap_text
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["BodyTemplate", "HttpClients", "HttpTool", "UrlTemplate"]
 
@@ -73,22 +77,14 @@ class UrlTemplate(Protocol):
     def render_url(self, variables: Mapping[str, Any], /) -> str: ...
 
 
-def HttpClients() -> ClientPool[httpx.AsyncClient]:
-    """The pooled client HTTP tools share: one per event loop, closed by ``aclose()``
-    (the providers' ``ClientPool``, over an httpx client that follows no redirects)."""
-    return ClientPool(_build_client)
+#: Timeouts are per request (each tool has its own); the client never follows a redirect,
+#: so header credentials cannot be carried to another host.
+_CLIENT_SETTINGS = ClientSettings(max_connections=100, max_keepalive_connections=20)
 
 
-def _build_client() -> httpx.AsyncClient:
-    import httpx
-
-    # Timeouts are per request (each tool has its own); redirects are never followed, so
-    # header credentials cannot be carried to another host.
-    return httpx.AsyncClient(
-        follow_redirects=False,
-        trust_env=False,
-        limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-    )
+def HttpClients() -> ClientPool[HTTPClient]:
+    """The pooled client HTTP tools share: one per event loop, closed by ``aclose()``."""
+    return ClientPool(lambda: make_client(_CLIENT_SETTINGS))
 
 
 def _render_body(body: BodyTemplate, variables: Mapping[str, Any]) -> Any:
@@ -159,7 +155,7 @@ class HttpTool(ConfiguredTool):
         body: BodyTemplate = None,
         timeout_s: float | None = None,
         max_bytes: int | None = None,
-        clients: ClientPool[httpx.AsyncClient] | None = None,
+        clients: ClientPool[HTTPClient] | None = None,
     ) -> None:
         super().__init__(name, description, parameters)
         self.method = method.strip().upper()
@@ -267,22 +263,21 @@ class HttpTool(ConfiguredTool):
         self, request: dict[str, Any], headers: dict[str, str]
     ) -> tuple[int, str, bytes, bool]:
         """Status, content type, up to ``max_bytes`` of the body, and whether it was cut."""
-        import httpx
-
+        url = _with_query(request["url"], request["params"])
+        content: bytes | None = request.get("content")
+        if "json" in request:
+            content = json.dumps(
+                request["json"], ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            ).encode()
+            if not any(name.lower() == "content-type" for name in headers):
+                headers = {**headers, "Content-Type": "application/json"}
         client = self._clients.get()
-        async with client.stream(
-            self.method,
-            request["url"],
-            params=request["params"] or None,
-            headers=headers,
-            content=request.get("content"),
-            json=request.get("json"),
-            timeout=httpx.Timeout(self.timeout_s),
-        ) as response:
+        timeout = Timeouts(self.timeout_s, self.timeout_s)
+        async with client.request(self.method, url, content, headers, timeout) as response:
             chunks: list[bytes] = []
             size = 0
             truncated = False
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.chunks():
                 room = self.max_bytes - size
                 if len(chunk) > room:
                     chunks.append(chunk[:room])
@@ -291,7 +286,7 @@ class HttpTool(ConfiguredTool):
                 chunks.append(chunk)
                 size += len(chunk)
             return (
-                response.status_code,
+                response.status,
                 response.headers.get("content-type", ""),
                 b"".join(chunks),
                 truncated,
@@ -301,6 +296,15 @@ class HttpTool(ConfiguredTool):
         """Close the pooled client, when this tool owns it (a shared one is closed by its owner)."""
         if self._owns_clients:
             await self._clients.aclose()
+
+
+def _with_query(url: str, params: Mapping[str, str]) -> str:
+    """``url`` with ``params`` appended to its query, form-encoded (as httpx's ``params=``)."""
+    if not params:
+        return url
+    parts = urlsplit(url)
+    query = f"{parts.query}&" if parts.query else ""
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query + urlencode(params), ""))
 
 
 def _charset(content_type: str) -> str:

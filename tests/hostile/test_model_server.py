@@ -101,8 +101,8 @@ def _anthropic(url: str, **options: Any) -> AnthropicRuntime:
 
 
 def test_the_default_read_timeout_is_finite() -> None:
-    assert _openai("http://127.0.0.1:9").read_timeout_s == 120.0
-    assert _anthropic("http://127.0.0.1:9").read_timeout_s == 120.0
+    assert _openai("http://127.0.0.1:9").settings.read_timeout_s == 120.0
+    assert _anthropic("http://127.0.0.1:9").settings.read_timeout_s == 120.0
 
 
 def test_a_silent_server_fails_the_attempt_after_the_read_timeout() -> None:
@@ -122,7 +122,7 @@ def test_the_read_timeout_comes_from_the_environment(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("OPENPROGRAM_READ_TIMEOUT_S", "0.2")
     with SilentServer() as silent:
         runtime = _anthropic(silent.url)
-        assert runtime.read_timeout_s == 0.2
+        assert runtime.settings.read_timeout_s == 0.2
         result = asyncio.run(runtime.run_turn("hi", model_ref="m:claude", on_delta=print))
     assert result.failure is not None
     assert (result.failure.reason, result.failure.retryable) == ("timeout", True)
@@ -312,7 +312,7 @@ def test_a_reply_without_a_length_is_cut_at_the_cap(server: LoopbackServer) -> N
 
 
 def test_the_default_cap_is_ten_megabytes(server: LoopbackServer) -> None:
-    assert _openai(server.url).max_reply_bytes == 10 * 1024 * 1024
+    assert _openai(server.url).settings.max_reply_bytes == 10 * 1024 * 1024
     server.add(json_reply(chat_completion("x" * (10 * 1024 * 1024))))
     rt = _runtime(_openai(server.url), FakeClock())
     with pytest.raises(LLMError, match="larger than 10485760 bytes"):

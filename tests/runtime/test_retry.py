@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import email.utils
 from typing import Any
 
 import pytest
@@ -13,9 +12,6 @@ from openprogram_yaml.runtime import (
     RetryInfo,
     Runtime,
     backoff_delay,
-    classify_exception,
-    parse_retry_after,
-    retry_after_from_headers,
 )
 
 
@@ -69,19 +65,6 @@ def test_backoff_delay_function() -> None:
     assert backoff_delay(0, base_s=1.5, rand=lambda: 0.5) == 1.5
     assert backoff_delay(3, base_s=1.5, rand=lambda: 0.5) == 12.0
     assert backoff_delay(0, base_s=1.5, rand=lambda: 0.0, retry_after_s=30) == 30.0
-
-
-def test_parse_retry_after_forms() -> None:
-    assert parse_retry_after("7") == 7.0
-    assert parse_retry_after("2.5") == 2.5
-    assert parse_retry_after("1500ms") == 1.5
-    assert parse_retry_after(3) == 3.0
-    when = email.utils.formatdate(1_000_060.0, usegmt=True)
-    assert parse_retry_after(when, now=1_000_000.0) == pytest.approx(60.0)
-    assert parse_retry_after("soon") is None
-    assert parse_retry_after(None) is None
-    assert retry_after_from_headers({"Retry-After-Ms": "250", "Retry-After": "9"}) == 0.25
-    assert retry_after_from_headers({"Retry-After": "9"}) == 9.0
 
 
 @pytest.mark.parametrize(
@@ -211,20 +194,6 @@ class _HTTPError(Exception):
         super().__init__(f"HTTP {status}")
         self.status_code = status
         self.headers = headers or {}
-
-
-def test_classify_exception() -> None:
-    assert classify_exception(_HTTPError(401)).reason == "auth"
-    assert classify_exception(_HTTPError(401)).retryable is False
-    assert classify_exception(_HTTPError(400)).reason == "invalid_request"
-    assert classify_exception(_HTTPError(503)).retryable is True
-    f = classify_exception(_HTTPError(429))
-    assert (f.reason, f.retryable, f.http_status) == ("rate_limit", True, 429)
-    assert classify_exception(TimeoutError()).reason == "timeout"
-    assert classify_exception(ValueError("Invalid API key provided")).reason == "auth"
-    marked = ValueError("weird")
-    marked.retryable = False  # type: ignore[attr-defined]
-    assert classify_exception(marked).retryable is False
 
 
 def test_call_function_http_errors_follow_the_rules(clock: FakeClock) -> None:
