@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import difflib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import field
+import reprlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
-
-from ..errors import DecisionError, InputValidationError, ToolError, UsageError
-from ..runtime.context import current_method
+from ..errors import InputValidationError, UsageError
+from ..redaction import redact
 from ..runtime.validation import SchemaValidator
 
 if TYPE_CHECKING:
-    from ..runtime import Runtime, ToolsetPreset
-    from ..runtimes.select import ProviderConfig, RuntimeSelector
+    from ..runtime import ToolsetPreset
+    from ..runtimes.select import ProviderConfig
     from .templates import CompiledTemplate
     from .tests import CompiledTest
 
@@ -32,15 +29,11 @@ __all__ = [
     "Method",
     "Program",
     "RetryPolicy",
-    "RunState",
     "RuntimeRule",
 ]
 
-#: How many methods one run may pass through by ``choices`` unless ``max_steps`` says.
-DEFAULT_MAX_STEPS = 10
 
-
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExecOptions:
     """Call options after ``defaults`` and the method's own settings are merged."""
 
@@ -55,7 +48,7 @@ class ExecOptions:
     max_steps: int | None = None
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChoiceOption:
     """One ``choices`` option: a value, a method to continue with, or a schema of fields."""
 
@@ -66,28 +59,7 @@ class ChoiceOption:
     schema: Mapping[str, Any] | None = None
 
 
-@fast_dataclass
-class RunState:
-    """The path one run takes through methods by ``choices``, and its bound."""
-
-    max_steps: int = DEFAULT_MAX_STEPS
-    path: list[dict[str, Any]] = field(default_factory=list)
-
-    def enter(self, agent: str, method: str) -> dict[str, Any]:
-        if len(self.path) >= self.max_steps:
-            trail = " -> ".join(step["method"] for step in self.path)
-            raise DecisionError(
-                f"the run passed through {len(self.path)} methods by choices ({trail}) and "
-                f"would enter '{method}'; max_steps is {self.max_steps}. Raise 'max_steps' or "
-                "change the choices so the run ends",
-                kind="max_steps",
-            )
-        step: dict[str, Any] = {"agent": agent, "method": method}
-        self.path.append(step)
-        return step
-
-
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """The agent's retry settings; ``None`` leaves the Runtime's environment defaults."""
 
@@ -96,13 +68,31 @@ class RetryPolicy:
     max_validation_retries: int | None = None
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RuntimeRule:
     """Models matching ``match`` (a glob) are served by ``runtime`` with ``options``."""
 
     match: str
     runtime: str
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        from ..runtimes.select import redact_options
+
+        return (
+            f"RuntimeRule(match={self.match!r}, runtime={self.runtime!r}, "
+            f"options={redact_options(self.options)!r})"
+        )
+
+
+def _repr_hiding(obj: Any, secrets: Iterable[str]) -> str:
+    """The dataclass repr of ``obj`` with every one of ``secrets`` replaced by ``***``: any
+    text of an agent file (a prompt, a var, a default) may hold a value read from the
+    environment."""
+    shown = ", ".join(
+        f"{f.name}={getattr(obj, f.name)!r}" for f in dataclasses.fields(obj) if f.repr
+    )
+    return redact(f"{type(obj).__qualname__}({shown})", secrets)
 
 
 def _did_you_mean(name: str, names: list[str]) -> str:
@@ -144,7 +134,7 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Method:
     """A method ready to run: inputs checked, prompt rendered, options merged."""
 
@@ -167,6 +157,12 @@ class Method:
     linked: Mapping[str, Method] = field(default_factory=dict)
     _prompt_hash: Callable[[], str] = field(default=lambda: "", repr=False)
     _prompt_hashed: list[str] = field(default_factory=list, repr=False)
+    #: The secrets its agent's file read, kept out of its repr.
+    secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        return _repr_hiding(self, self.secrets)
 
     @property
     def prompt_version(self) -> str:
@@ -223,146 +219,8 @@ class Method:
         blocks.append({"type": "text", "text": self.prompt.render(context)})
         return blocks
 
-    async def run(
-        self,
-        runtime: Runtime,
-        inputs: Mapping[str, Any],
-        *,
-        model: str | None = None,
-        state: RunState | None = None,
-    ) -> Any:
-        """Check the inputs, render, and call the model through ``runtime``.
 
-        With ``choices``, the pick decides the result: a value, fields, or the result of the
-        method it continues with. ``state.path`` records every step and pick.
-        """
-        if state is None:
-            state = RunState(self.options.max_steps or DEFAULT_MAX_STEPS)
-        step = state.enter(self.agent, self.name)
-        step["prompt_version"] = self.prompt_version
-        given = dict(inputs)
-        values = self.prepare_inputs(inputs)
-        token = current_method.set(f"{self.agent}.{self.name}")
-        try:
-            if runtime.trace is None:
-                return await self._call(runtime, given, values, model, state, step)
-            with runtime.trace.span("method", f"{self.agent}.{self.name}", values) as node:
-                node.data["prompt_version"] = self.prompt_version
-                node.output = await self._call(runtime, given, values, model, state, step)
-                return node.output
-        finally:
-            current_method.reset(token)
-
-    async def _call(
-        self,
-        runtime: Runtime,
-        given: Mapping[str, Any],
-        values: Mapping[str, Any],
-        model: str | None,
-        state: RunState,
-        step: dict[str, Any],
-    ) -> Any:
-        content = self.render(values)
-        opts = self.options
-        kwargs: dict[str, Any] = {}
-        if opts.tool_choice is not None:
-            kwargs["tool_choice"] = opts.tool_choice
-        if opts.parallel_tool_calls is not None:
-            kwargs["parallel_tool_calls"] = opts.parallel_tool_calls
-        if opts.max_iterations is not None:
-            kwargs["max_iterations"] = opts.max_iterations
-        if self.choices:
-            kwargs["choices"] = self._choices(runtime, given, model, state, step)
-        model_options = {
-            "temperature": opts.temperature,
-            "max_tokens": opts.max_tokens,
-            "thinking_level": opts.thinking_level,
-        }
-        return await runtime.async_exec(
-            content,
-            response_format=dict(self.response_format) if self.response_format else None,
-            model=model or opts.model,
-            timeout_s=opts.timeout_s,
-            toolset=self.toolset,
-            tools_allow=self.tools_allow,
-            tools_deny=self.tools_deny,
-            model_options=model_options,
-            **kwargs,
-        )
-
-    def _choices(
-        self,
-        runtime: Runtime,
-        values: Mapping[str, Any],
-        model: str | None,
-        state: RunState,
-        step: dict[str, Any],
-    ) -> dict[str, dict[str, Any]]:
-        """The runtime's ``choices``: every option a callable, so the pick is recorded."""
-        out: dict[str, dict[str, Any]] = {}
-        for option in self.choices or ():
-            entry: dict[str, Any] = {"description": option.description or ""}
-            if option.method is not None:
-                target = self.linked[option.method]
-                entry["schema"] = option.schema or _continue_schema(target, values)
-                entry["method"] = _continue_with(
-                    option.name, target, runtime, values, model, state, step
-                )
-            else:
-                if option.schema is not None:
-                    entry["schema"] = option.schema
-                entry["method"] = _settle(option, step)
-            out[option.name] = entry
-        return out
-
-
-def _continue_schema(target: Method, known: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields a pick gives ``target``: its inputs the run does not already carry.
-
-    Inputs the caller gave are carried over by name and not offered again, so the model
-    cannot rewrite what the user said; it supplies only what is new.
-    """
-    offered = {n: s for n, s in target.inputs.items() if n not in known}
-    required = [n for n in target.input_schema.get("required", ()) if n in offered]
-    return {
-        "type": "object",
-        "properties": offered,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
-def _continue_with(
-    name: str,
-    target: Method,
-    runtime: Runtime,
-    values: Mapping[str, Any],
-    model: str | None,
-    state: RunState,
-    step: dict[str, Any],
-) -> Any:
-    async def go(**fields: Any) -> Any:
-        step["choice"] = name
-        if fields:
-            step["fields"] = fields
-        carried = {k: v for k, v in values.items() if k in target.inputs}
-        return await target.run(runtime, {**fields, **carried}, model=model, state=state)
-
-    return go
-
-
-def _settle(option: ChoiceOption, step: dict[str, Any]) -> Any:
-    def pick(**fields: Any) -> Any:
-        step["choice"] = option.name
-        if option.schema is not None:
-            step["fields"] = fields
-            return {"decision": option.name, **fields}
-        return option.value
-
-    return pick
-
-
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Agent:
     """An agent file, compiled."""
 
@@ -373,7 +231,8 @@ class Agent:
     methods: Mapping[str, Method]
     retry: RetryPolicy
     runtime_rules: tuple[RuntimeRule, ...]
-    secrets: frozenset[str]
+    #: Values read with ``${env:…}`` that are secret: never shown (not in the repr either).
+    secrets: frozenset[str] = field(repr=False)
     files: frozenset[Path]
     #: Tools that run on their own (python, http, command), ready to register.
     tools: tuple[Any, ...] = ()
@@ -382,8 +241,18 @@ class Agent:
     toolsets: Mapping[str, ToolsetPreset] = field(default_factory=dict)
     providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
 
-    def method(self, name: str) -> Method:
-        """The method called ``name``; a ``UsageError`` with a did-you-mean otherwise."""
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        return _repr_hiding(self, self.secrets)
+
+    def method(self, name: str | None = None) -> Method:
+        """The method called ``name``, or the only one when ``name`` is None; a
+        ``UsageError`` (with a did-you-mean, or the methods to choose from) otherwise."""
+        if name is None:
+            if len(self.methods) == 1:
+                return next(iter(self.methods.values()))
+            listed = ", ".join(sorted(self.methods))
+            raise UsageError(f"name a method of agent '{self.name}': {listed}")
         try:
             return self.methods[name]
         except KeyError:
@@ -393,94 +262,8 @@ class Agent:
                 f" (methods: {', '.join(names)})"
             ) from None
 
-    def make_selector(self) -> RuntimeSelector:
-        """The runtime selector this agent's ``runtimes:`` rules describe."""
-        from ..runtimes.select import RuntimeRule as SelectRule
-        from ..runtimes.select import RuntimeSelector
 
-        return RuntimeSelector(
-            rules=[SelectRule(r.match, r.runtime, dict(r.options)) for r in self.runtime_rules],
-            providers=self.providers,
-        )
-
-    @contextlib.asynccontextmanager
-    async def open_runtime(
-        self, *, wrap_selector: Callable[[RuntimeSelector], Any] | None = None, **kwargs: Any
-    ) -> AsyncIterator[Runtime]:
-        """A ``Runtime`` set up from this agent's model, retry policy and runtime rules.
-
-        ``wrap_selector`` may put something between the runtime and the selector (recording
-        every turn, or replaying recorded ones); what it returns is closed on exit.
-        Closes the runtime and every provider client it opened on exit.
-        """
-        from ..runtime import Runtime
-
-        selector: Any = self.make_selector()
-        if wrap_selector is not None:
-            selector = wrap_selector(selector)
-        runtime = Runtime(
-            model=self.model or "default",
-            max_retries=self.retry.max_retries,
-            backoff_base_s=self.retry.backoff_base_s,
-            runtimes=selector,
-            tools=self.tools,
-            toolsets=self.toolsets,
-            **kwargs,
-        )
-        runtime.register_tools(
-            *(_method_tool(name, m, runtime) for name, m in self.method_tools.items())
-        )
-        try:
-            yield runtime
-        finally:
-            try:
-                await runtime.aclose()
-            finally:
-                try:
-                    await selector.aclose()
-                finally:
-                    for tool in self.tools:
-                        closer = getattr(tool, "aclose", None)
-                        if closer is not None:
-                            await closer()
-
-
-_active_method_tools: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
-    "openprogram_active_method_tools", default=()
-)
-
-
-def _method_tool(name: str, method: Method, runtime: Runtime) -> dict[str, Any]:
-    """A method offered to the model as a tool; it runs on the calling runtime."""
-
-    key = f"{method.agent}.{method.name}"
-
-    async def execute(**arguments: Any) -> Any:
-        active = _active_method_tools.get()
-        if key in active:
-            # Without this a model (or the offline test model, which calls every tool it is
-            # offered) could recurse through a method that offers itself as a tool.
-            raise ToolError(
-                f"method '{method.name}' is already running in this call chain "
-                f"({' -> '.join(active)}); a method tool cannot call itself"
-            )
-        token = _active_method_tools.set((*active, key))
-        try:
-            return await method.run(runtime, arguments)
-        finally:
-            _active_method_tools.reset(token)
-
-    return {
-        "spec": {
-            "name": name,
-            "description": method.description or f"Run method '{method.name}'.",
-            "parameters": dict(method.input_schema),
-        },
-        "execute": execute,
-    }
-
-
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class BuildInputs:
     """What a compile read besides the contents of ``Program.files``: enough to tell, later,
     whether compiling again would give the same program (the compile cache asks)."""
@@ -498,7 +281,7 @@ class BuildInputs:
     lookups: tuple[tuple[Path, str], ...] = ()
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Program:
     """Everything compiled from a set of files; immutable, so a reload swaps it whole."""
 
@@ -513,6 +296,10 @@ class Program:
     recordings: Path | None = None
     #: What else the compile read (environment variables, folder listings, file patterns).
     inputs: BuildInputs = BuildInputs()
+
+    @reprlib.recursive_repr()
+    def __repr__(self) -> str:
+        return _repr_hiding(self, {s for agent in self.agents.values() for s in agent.secrets})
 
     def select(
         self, method: str | None, *, agent: str | None = None, path: Path | None = None

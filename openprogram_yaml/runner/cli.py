@@ -163,7 +163,7 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any
     (checked); or the exit status after reporting why not."""
     from ..compile.cache import compile_cached
     from ..errors import ConfigError, UsageError
-    from .records import run_secrets
+    from ..run.record import run_secrets
 
     try:
         program = compile_cached(Path(args.path))
@@ -173,7 +173,7 @@ def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any
     try:
         agent, name = program.select(args.method, agent=args.agent, path=Path(args.path))
         secrets = run_secrets(agent)
-        method = agent.method(name or _only_method_name(agent))
+        method = agent.method(name or None)
         inputs = _parse_inputs(args, method)
         method.prepare_inputs(inputs)
     except UsageError as exc:
@@ -194,15 +194,9 @@ def _cmd_run(argv: Sequence[str]) -> int:
         return loaded
     program, agent, method, inputs = loaded
 
-    from ..runtime.toolgate import ToolGate
-    from .records import (
-        GitStamper,
-        RecordLog,
-        VersionStamp,
-        append_trace,
-        execute_run,
-        run_secrets,
-    )
+    from ..run.execute import execute_run
+    from ..run.record import RecordLog, append_trace, run_secrets
+    from ..run.version import GitStamper, VersionStamp
 
     secrets = run_secrets(agent)
 
@@ -237,7 +231,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
                 model=args.model,
                 trace=trace,
                 wrap_selector=wrap,
-                tool_gate=ToolGate(live_tools=args.live_tools),
+                live_tools=args.live_tools,
                 on_retry=None if args.quiet else _RetryLine(status, secrets),
             )
         )
@@ -522,7 +516,9 @@ def _cmd_render(argv: Sequence[str]) -> int:
     args = p.parse_args(argv)
     import asyncio
 
-    from .records import VersionStamp, execute_run, run_secrets
+    from ..run.execute import execute_run
+    from ..run.record import run_secrets
+    from ..run.version import VersionStamp
     from .render import CaptureSelector, format_request
 
     loaded = _load_method(args)
@@ -598,14 +594,6 @@ def _cmd_lock(argv: Sequence[str]) -> int:
     return 0
 
 
-def _only_method_name(agent: Any) -> str:
-    from ..errors import UsageError
-
-    if len(agent.methods) == 1:
-        return str(next(iter(agent.methods)))
-    raise UsageError(f"name a method of agent '{agent.name}': {', '.join(sorted(agent.methods))}")
-
-
 def _cmd_test(argv: Sequence[str]) -> int:
     p = _Parser(
         prog="openprogram-run test",
@@ -628,7 +616,7 @@ def _cmd_test(argv: Sequence[str]) -> int:
 
     from ..compile.project import compile_path
     from ..errors import ConfigError
-    from .records import run_secrets
+    from ..run.record import run_secrets
     from .testing import run_tests
 
     try:

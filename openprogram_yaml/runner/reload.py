@@ -22,16 +22,15 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
-
 from ..compile.program import Program
 from ..compile.project import compile_path
 from ..errors import ConfigError, Diagnostic
-from .records import GitStamper, VersionStamp
+from ..run.version import GitStamper, VersionStamp
 
 __all__ = ["DEBOUNCE_MS", "STEP_MS", "ProgramHolder", "ReloadEvent"]
 
@@ -47,7 +46,7 @@ STEP_MS = 10
 ReloadStatus = Literal["loaded", "failed", "unchanged"]
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReloadEvent:
     """The outcome of one recompile.
 

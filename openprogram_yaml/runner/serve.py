@@ -30,16 +30,17 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
-
 from .._file_writes import cannot_write
 from ..compile.program import Method, Program
 from ..errors import ConfigError, Diagnostic, UsageError
-from .records import RecordLog, RunRecord, RunService, append_trace, redact, run_secrets
+from ..redaction import redact
+from ..run.record import RecordLog, RunRecord, append_trace, run_secrets
+from ..run.service import RunService
 from .reload import ProgramHolder, ReloadEvent
 from .request_guard import MAX_JSON_DEPTH, ServeLimits, media_refusal, nests_deeper, origin_refusal
 
@@ -78,7 +79,7 @@ class _HttpError(Exception):
         self.status = status
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class _Request:
     """One HTTP request, as read off the connection."""
 
@@ -90,7 +91,7 @@ class _Request:
     keep_alive: bool
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Head:
     """A request's line and headers; the body is read after them, under its own deadline."""
 
@@ -687,7 +688,7 @@ async def watch_and_run(
                 new_version.clear()
                 program, stamp = holder.snapshot()
                 try:
-                    found = program.agent(agent).method(method or _only_method_of(program, agent))
+                    found = program.agent(agent).method(method or None)
                     inputs = inputs_for(found)
                 except UsageError as exc:
                     say(f"error: {exc}")
@@ -709,11 +710,3 @@ async def watch_and_run(
         if log is not None:
             log.close()
     return 0
-
-
-def _only_method_of(program: Program, agent: str | None) -> str:
-    found = program.agent(agent)
-    if len(found.methods) == 1:
-        return next(iter(found.methods))
-    names = ", ".join(sorted(found.methods))
-    raise UsageError(f"name a method of agent '{found.name}': {names}")

@@ -13,15 +13,15 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..compile.program import Program
 from ..compile.tests import MISSING, CompiledTest, value_at
-from ..runtime.toolgate import ToolGate, arguments_match
-from .records import RunRecord, VersionStamp, execute_run
+from ..run.execute import execute_run
+from ..run.record import RunRecord
+from ..run.version import VersionStamp
+from ..runtime.toolgate import arguments_match
 
 __all__ = ["TestOutcome", "check_expectations", "run_tests"]
 
@@ -36,7 +36,7 @@ class Writer(Protocol):
 _SHOWN = 600
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class TestOutcome:
     """The result of one test: its problems (empty when it passed) and the run's record."""
 
@@ -168,7 +168,8 @@ async def _run_one(
         model=test.model or model,
         trace=trace,
         wrap_selector=wrap_selector,
-        tool_gate=ToolGate(live_tools=live_tools or test.live_tools, doubles=test.doubles),
+        live_tools=live_tools or test.live_tools,
+        tool_doubles=test.doubles,
     )
     calls = [(n.name, n.inputs) for n in trace.nodes if n.kind == "tool"]
     outcome = TestOutcome(test, record=record, calls=calls)

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from support import EXAMPLES
 
-from openprogram_yaml.compile.program import RunState
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import ConfigError
 from openprogram_yaml.providers.test import Reply, ScriptedRuntime
+from openprogram_yaml.run.agent_runtime import open_runtime
+from openprogram_yaml.run.method import RunState, run_method
 from openprogram_yaml.runner.cli import main
 from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime
 
@@ -81,10 +82,10 @@ def test_tools_run_and_deny_rules_hold_in_the_repository(scripted) -> None:
     state = RunState()
 
     async def go() -> object:
-        async with agent.open_runtime() as runtime:
+        async with open_runtime(agent) as runtime:
             method = agent.method("investigate")
-            return await method.run(
-                runtime, {"ticket": "charged twice"}, model="scripted-repo:m", state=state
+            return await run_method(
+                method, runtime, {"ticket": "charged twice"}, model="scripted-repo:m", state=state
             )
 
     out = asyncio.run(go())

@@ -10,6 +10,8 @@ import pytest
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import ConfigError
 from openprogram_yaml.providers.test import Reply, ScriptedRuntime
+from openprogram_yaml.run.agent_runtime import open_runtime
+from openprogram_yaml.run.method import run_method
 from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime
 
 AGENT = """
@@ -55,8 +57,8 @@ def run(path: Path, method: str) -> object:
     agent = compile_path(path).agent()
 
     async def go() -> object:
-        async with agent.open_runtime() as runtime:
-            return await agent.method(method).run(runtime, {})
+        async with open_runtime(agent) as runtime:
+            return await run_method(agent.method(method), runtime, {})
 
     return asyncio.run(go())
 

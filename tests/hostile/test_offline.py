@@ -12,8 +12,9 @@ import pytest
 from loopback import LoopbackServer, json_reply
 
 from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.run.service import RunService
+from openprogram_yaml.run.version import VersionStamp
 from openprogram_yaml.runner.cli import main
-from openprogram_yaml.runner.records import RunService, VersionStamp
 
 SHOP_TOKEN = "shop-secret-token-0123456789"
 

@@ -18,8 +18,10 @@ from loopback import LoopbackServer, Reply, Request, chat_completion, json_reply
 
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import ConfigError, ToolError
+from openprogram_yaml.run.agent_runtime import selector_for
+from openprogram_yaml.run.execute import execute_run
+from openprogram_yaml.run.version import VersionStamp
 from openprogram_yaml.runner.cli import main
-from openprogram_yaml.runner.records import VersionStamp, execute_run
 
 SHOP_TOKEN = "tok-shop-5ecret-0a1b2c3d"
 PROVIDER_KEY = "sk-loop-5ecret-9f8e7d6c5b"
@@ -243,7 +245,7 @@ def test_no_repr_of_a_compiled_program_shows_a_secret(
         repr(method.instructions),
         *(repr(rule) for rule in agent.runtime_rules),
         *(repr(tool) for tool in agent.tools),
-        repr(agent.make_selector().explain("local:llama3")),
+        repr(selector_for(agent).explain("local:llama3")),
     ]
     for text in shown:  # ... and no repr shows one
         assert SHOP_TOKEN not in text and RULE_KEY not in text, text

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from openprogram_yaml.run.record import RecordLog
+from openprogram_yaml.run.service import RunService
 from openprogram_yaml.runner.cli import main
-from openprogram_yaml.runner.records import RecordLog, RunService
 from openprogram_yaml.runner.reload import ProgramHolder, ReloadEvent
 from openprogram_yaml.runner.request_guard import ServeLimits
 from openprogram_yaml.runner.serve import HttpServer

@@ -21,7 +21,9 @@ from reload_helpers import (
     write_agent,
 )
 
-from openprogram_yaml.runner.records import GitStamper, RecordLog, RunService
+from openprogram_yaml.run.record import RecordLog
+from openprogram_yaml.run.service import RunService
+from openprogram_yaml.run.version import GitStamper
 from openprogram_yaml.runner.reload import ProgramHolder
 from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime
 

@@ -16,7 +16,8 @@ import httpx
 import pytest
 from reload_helpers import EVENT_TIMEOUT_S, Events, GateRuntime, save, write_agent
 
-from openprogram_yaml.runner.records import RecordLog, RunService
+from openprogram_yaml.run.record import RecordLog
+from openprogram_yaml.run.service import RunService
 from openprogram_yaml.runner.reload import ProgramHolder
 from openprogram_yaml.runner.serve import HttpServer
 from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime

@@ -1,0 +1,75 @@
+"""Opening the ``Runtime`` an agent's runs use: its model, retry policy, tools and runtime
+rules, with its methods offered as tools, and everything it opened closed again."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from ..runtime import Runtime
+from ..runtimes.select import RuntimeRule, RuntimeSelector
+from .method import method_tool
+
+if TYPE_CHECKING:
+    from ..compile.program import Agent
+    from ..runtime import SessionTrace
+    from ..runtime.retry import RetryInfo
+    from ..runtime.toolgate import ToolGate
+
+__all__ = ["open_runtime", "selector_for"]
+
+
+def selector_for(agent: Agent) -> RuntimeSelector:
+    """The runtime selector the agent's ``runtimes:`` rules and providers describe."""
+    return RuntimeSelector(
+        rules=[RuntimeRule(r.match, r.runtime, dict(r.options)) for r in agent.runtime_rules],
+        providers=agent.providers,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(
+    agent: Agent,
+    *,
+    wrap_selector: Callable[[RuntimeSelector], Any] | None = None,
+    trace: SessionTrace | None = None,
+    tool_gate: ToolGate | None = None,
+    on_retry: Callable[[RetryInfo], Any] | None = None,
+) -> AsyncIterator[Runtime]:
+    """A ``Runtime`` set up from ``agent``'s model, retry policy and runtime rules.
+
+    ``wrap_selector`` may put something between the runtime and the selector (recording
+    every turn, or replaying recorded ones); what it returns is closed on exit.
+    Closes the runtime and every provider client it opened on exit.
+    """
+    selector: Any = selector_for(agent)
+    if wrap_selector is not None:
+        selector = wrap_selector(selector)
+    runtime = Runtime(
+        model=agent.model or "default",
+        max_retries=agent.retry.max_retries,
+        backoff_base_s=agent.retry.backoff_base_s,
+        runtimes=selector,
+        tools=agent.tools,
+        toolsets=agent.toolsets,
+        trace=trace,
+        tool_gate=tool_gate,
+        on_retry=on_retry,
+    )
+    runtime.register_tools(
+        *(method_tool(name, m, runtime) for name, m in agent.method_tools.items())
+    )
+    try:
+        yield runtime
+    finally:
+        try:
+            await runtime.aclose()
+        finally:
+            try:
+                await selector.aclose()
+            finally:
+                for tool in agent.tools:
+                    closer = getattr(tool, "aclose", None)
+                    if closer is not None:
+                        await closer()

@@ -1,0 +1,109 @@
+"""Turning a ``Program`` plus inputs into a ``RunRecord``: the one way every front end
+(the command line, ``--watch``, ``serve``, ``test``) runs a method."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ..errors import OpenProgramError, UsageError
+from ..runtime.toolgate import ToolGate
+from .agent_runtime import open_runtime
+from .method import DEFAULT_MAX_STEPS, RunState, run_method
+from .record import RunRecord, error_dict, run_secrets
+from .version import VersionStamp
+
+if TYPE_CHECKING:
+    from ..compile.program import Program
+    from ..runtime.retry import RetryInfo
+    from ..runtime.toolgate import ToolDouble
+    from ..runtime.trace import SessionTrace
+    from ..runtimes.select import RuntimeSelector
+
+__all__ = ["execute_run"]
+
+
+async def execute_run(
+    program: Program,
+    stamp: VersionStamp,
+    agent_name: str | None,
+    method_name: str | None,
+    inputs: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    trace: SessionTrace | None = None,
+    wrap_selector: Callable[[RuntimeSelector], Any] | None = None,
+    live_tools: bool = False,
+    tool_doubles: Mapping[str, tuple[ToolDouble, ...]] | None = None,
+    on_retry: Callable[[RetryInfo], Any] | None = None,
+) -> RunRecord:
+    """Run one method of ``program`` and describe the outcome; never raises for a failed run.
+
+    Under the offline ``test`` model no http or command tool runs for real unless
+    ``live_tools``; ``tool_doubles`` answer for the tools they name instead of running them.
+    ``wrap_selector`` may put something between the runtime and its selector (recording,
+    replay). ``on_retry`` is told of every retry of a model call.
+
+    A cancelled run (shutdown after the grace period) ends as an ``interrupted`` record, so
+    callers always get a record to write.
+    """
+    record = RunRecord(
+        agent=agent_name or "",
+        method=method_name or "",
+        inputs=dict(inputs),
+        version=stamp,
+        started_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+    )
+    started = time.perf_counter()
+    try:
+        agent = program.agent(agent_name)
+        record.agent = agent.name
+        record.secrets = run_secrets(agent)
+        method = agent.method(method_name or None)
+        record.method = method.name
+        record.model = model or method.options.model or agent.model
+        if not record.model:
+            raise UsageError(
+                f"no model for agent '{agent.name}': set 'model:' in {agent.path.name} "
+                "or pass a model"
+            )
+        state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS)
+        record.path = state.path
+        gate = ToolGate(live_tools=live_tools, doubles=tool_doubles or {})
+        record.tools_not_run = gate.not_run
+        async with open_runtime(
+            agent, trace=trace, wrap_selector=wrap_selector, tool_gate=gate, on_retry=on_retry
+        ) as runtime:
+            try:
+                if trace is None:
+                    record.output = await run_method(
+                        method, runtime, inputs, model=record.model, state=state
+                    )
+                else:
+                    # The trace's root names the version of the prompts the run used.
+                    with trace.span("run", f"{agent.name}.{method.name}", dict(inputs)) as node:
+                        node.data["version"] = stamp.to_dict()
+                        node.data["model"] = record.model
+                        record.output = await run_method(
+                            method, runtime, inputs, model=record.model, state=state
+                        )
+                        node.output = record.output
+            finally:
+                record.usage = runtime.total_usage.to_dict()
+    except asyncio.CancelledError:
+        record.status = "interrupted"
+        record.error = {"type": "Interrupted", "message": "the runner stopped before the run ended"}
+        record.exit_code = 130
+    except OpenProgramError as exc:
+        record.status = "failed"
+        record.error = error_dict(exc)
+        record.exit_code = exc.exit_code
+    except Exception as exc:  # a tool or plugin bug: report it in the record, keep serving
+        record.status = "failed"
+        record.error = error_dict(exc)
+        record.exit_code = 1
+    record.elapsed_s = round(time.perf_counter() - started, 3)
+    return record

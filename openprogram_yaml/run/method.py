@@ -1,0 +1,218 @@
+"""Running one compiled method: inputs checked, prompt rendered, the model called, and the
+``choices`` pick routed (a value, fields, or the method it continues with)."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DecisionError, ToolError
+from ..runtime.context import current_method
+
+if TYPE_CHECKING:
+    from ..compile.program import ChoiceOption, Method
+    from ..runtime import Runtime
+
+__all__ = ["DEFAULT_MAX_STEPS", "RunState", "method_tool", "run_method"]
+
+#: How many methods one run may pass through by ``choices`` unless ``max_steps`` says.
+DEFAULT_MAX_STEPS = 10
+
+
+@dataclass(slots=True)
+class RunState:
+    """The path one run takes through methods by ``choices``, and its bound."""
+
+    max_steps: int = DEFAULT_MAX_STEPS
+    path: list[dict[str, Any]] = field(default_factory=list)
+
+    def enter(self, agent: str, method: str) -> dict[str, Any]:
+        if len(self.path) >= self.max_steps:
+            trail = " -> ".join(step["method"] for step in self.path)
+            raise DecisionError(
+                f"the run passed through {len(self.path)} methods by choices ({trail}) and "
+                f"would enter '{method}'; max_steps is {self.max_steps}. Raise 'max_steps' or "
+                "change the choices so the run ends",
+                kind="max_steps",
+            )
+        step: dict[str, Any] = {"agent": agent, "method": method}
+        self.path.append(step)
+        return step
+
+
+async def run_method(
+    method: Method,
+    runtime: Runtime,
+    inputs: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    state: RunState | None = None,
+) -> Any:
+    """Check the inputs, render, and call the model through ``runtime``.
+
+    With ``choices``, the pick decides the result: a value, fields, or the result of the
+    method it continues with. ``state.path`` records every step and pick.
+    """
+    if state is None:
+        state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS)
+    step = state.enter(method.agent, method.name)
+    step["prompt_version"] = method.prompt_version
+    given = dict(inputs)
+    values = method.prepare_inputs(inputs)
+    token = current_method.set(f"{method.agent}.{method.name}")
+    try:
+        if runtime.trace is None:
+            return await _call(method, runtime, given, values, model, state, step)
+        with runtime.trace.span("method", f"{method.agent}.{method.name}", values) as node:
+            node.data["prompt_version"] = method.prompt_version
+            node.output = await _call(method, runtime, given, values, model, state, step)
+            return node.output
+    finally:
+        current_method.reset(token)
+
+
+async def _call(
+    method: Method,
+    runtime: Runtime,
+    given: Mapping[str, Any],
+    values: Mapping[str, Any],
+    model: str | None,
+    state: RunState,
+    step: dict[str, Any],
+) -> Any:
+    content = method.render(values)
+    opts = method.options
+    kwargs: dict[str, Any] = {}
+    if opts.tool_choice is not None:
+        kwargs["tool_choice"] = opts.tool_choice
+    if opts.parallel_tool_calls is not None:
+        kwargs["parallel_tool_calls"] = opts.parallel_tool_calls
+    if opts.max_iterations is not None:
+        kwargs["max_iterations"] = opts.max_iterations
+    if method.choices:
+        kwargs["choices"] = _choices(method, runtime, given, model, state, step)
+    model_options = {
+        "temperature": opts.temperature,
+        "max_tokens": opts.max_tokens,
+        "thinking_level": opts.thinking_level,
+    }
+    return await runtime.async_exec(
+        content,
+        response_format=dict(method.response_format) if method.response_format else None,
+        model=model or opts.model,
+        timeout_s=opts.timeout_s,
+        toolset=method.toolset,
+        tools_allow=method.tools_allow,
+        tools_deny=method.tools_deny,
+        model_options=model_options,
+        **kwargs,
+    )
+
+
+def _choices(
+    method: Method,
+    runtime: Runtime,
+    values: Mapping[str, Any],
+    model: str | None,
+    state: RunState,
+    step: dict[str, Any],
+) -> dict[str, dict[str, Any]]:
+    """The runtime's ``choices``: every option a callable, so the pick is recorded."""
+    out: dict[str, dict[str, Any]] = {}
+    for option in method.choices or ():
+        entry: dict[str, Any] = {"description": option.description or ""}
+        if option.method is not None:
+            target = method.linked[option.method]
+            entry["schema"] = option.schema or _continue_schema(target, values)
+            entry["method"] = _continue_with(
+                option.name, target, runtime, values, model, state, step
+            )
+        else:
+            if option.schema is not None:
+                entry["schema"] = option.schema
+            entry["method"] = _settle(option, step)
+        out[option.name] = entry
+    return out
+
+
+def _continue_schema(target: Method, known: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields a pick gives ``target``: its inputs the run does not already carry.
+
+    Inputs the caller gave are carried over by name and not offered again, so the model
+    cannot rewrite what the user said; it supplies only what is new.
+    """
+    offered = {n: s for n, s in target.inputs.items() if n not in known}
+    required = [n for n in target.input_schema.get("required", ()) if n in offered]
+    return {
+        "type": "object",
+        "properties": offered,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _continue_with(
+    name: str,
+    target: Method,
+    runtime: Runtime,
+    values: Mapping[str, Any],
+    model: str | None,
+    state: RunState,
+    step: dict[str, Any],
+) -> Callable[..., Any]:
+    async def go(**fields: Any) -> Any:
+        step["choice"] = name
+        if fields:
+            step["fields"] = fields
+        carried = {k: v for k, v in values.items() if k in target.inputs}
+        return await run_method(target, runtime, {**fields, **carried}, model=model, state=state)
+
+    return go
+
+
+def _settle(option: ChoiceOption, step: dict[str, Any]) -> Callable[..., Any]:
+    def pick(**fields: Any) -> Any:
+        step["choice"] = option.name
+        if option.schema is not None:
+            step["fields"] = fields
+            return {"decision": option.name, **fields}
+        return option.value
+
+    return pick
+
+
+_active_method_tools: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "openprogram_active_method_tools", default=()
+)
+
+
+def method_tool(name: str, method: Method, runtime: Runtime) -> dict[str, Any]:
+    """A method offered to the model as a tool; it runs on the calling runtime."""
+
+    key = f"{method.agent}.{method.name}"
+
+    async def execute(**arguments: Any) -> Any:
+        active = _active_method_tools.get()
+        if key in active:
+            # Without this a model (or the offline test model, which calls every tool it is
+            # offered) could recurse through a method that offers itself as a tool.
+            raise ToolError(
+                f"method '{method.name}' is already running in this call chain "
+                f"({' -> '.join(active)}); a method tool cannot call itself"
+            )
+        token = _active_method_tools.set((*active, key))
+        try:
+            return await run_method(method, runtime, arguments)
+        finally:
+            _active_method_tools.reset(token)
+
+    return {
+        "spec": {
+            "name": name,
+            "description": method.description or f"Run method '{method.name}'.",
+            "parameters": dict(method.input_schema),
+        },
+        "execute": execute,
+    }

@@ -1,0 +1,115 @@
+"""Runs of a Program that changes while it serves: started on the current version,
+tracked while in flight, recorded, and shut down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from .._file_writes import cannot_write
+from .execute import execute_run
+from .record import RecordLog, RunRecord
+from .version import VersionStamp
+
+if TYPE_CHECKING:
+    from ..compile.program import Program
+    from ..runtime.trace import SessionTrace
+
+__all__ = ["RunService"]
+
+
+class RunService:
+    """Starts runs on the current Program, tracks those in flight, and shuts down cleanly.
+
+    Each run takes the Program (and its stamp) once, when it starts, and keeps it to the end:
+    a reload swaps what the *next* run gets, never what a running one uses.
+    """
+
+    def __init__(
+        self,
+        current: Callable[[], tuple[Program, VersionStamp]],
+        records: RecordLog | None = None,
+        *,
+        live_tools: bool = False,
+    ) -> None:
+        #: Gives the version the next run starts on (``ProgramHolder.snapshot``).
+        self._current = current
+        self.records = records
+        #: Run http and command tools for real under the offline ``test`` model too.
+        self.live_tools = live_tools
+        self.in_flight: set[asyncio.Task[RunRecord]] = set()
+        self.closing = False
+        #: Called with each finished record (the CLI prints them; tests observe them).
+        self.listeners: list[Callable[[RunRecord], None]] = []
+
+    def start(
+        self,
+        agent: str | None,
+        method: str | None,
+        inputs: Mapping[str, Any],
+        *,
+        model: str | None = None,
+        trace: SessionTrace | None = None,
+    ) -> asyncio.Task[RunRecord]:
+        """Start a run on the current version; the task's result is its record."""
+        if self.closing:
+            raise RuntimeError("the runner is shutting down")
+        program, stamp = self._current()
+        task = asyncio.create_task(
+            self._run(program, stamp, agent, method, inputs, model=model, trace=trace)
+        )
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+        return task
+
+    async def _run(
+        self,
+        program: Program,
+        stamp: VersionStamp,
+        agent: str | None,
+        method: str | None,
+        inputs: Mapping[str, Any],
+        *,
+        model: str | None,
+        trace: SessionTrace | None,
+    ) -> RunRecord:
+        record = await execute_run(
+            program,
+            stamp,
+            agent,
+            method,
+            inputs,
+            model=model,
+            trace=trace,
+            live_tools=self.live_tools,
+        )
+        if self.records is not None:
+            try:
+                self.records.append(record)
+            except OSError as exc:
+                # The run's answer still reaches its caller; the lost record is said once.
+                print(cannot_write(self.records.path, exc), file=sys.stderr)
+        for listener in self.listeners:
+            listener(record)
+        return record
+
+    async def shutdown(self, grace_s: float, force: asyncio.Event | None = None) -> None:
+        """Refuse new runs; let runs in flight finish within ``grace_s`` (or until ``force``
+        is set: a second Ctrl-C); interrupt the rest, which still write their records."""
+        self.closing = True
+        pending = set(self.in_flight)
+        if pending and grace_s > 0:
+            # Wrapped in tasks so that cancelling the wait later never cancels a run.
+            waiters: set[asyncio.Task[Any]] = {asyncio.create_task(asyncio.wait(pending))}
+            if force is not None:
+                waiters.add(asyncio.create_task(force.wait()))
+            await asyncio.wait(waiters, timeout=grace_s, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waiters:
+                waiter.cancel()
+            pending = {t for t in pending if not t.done()}
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)

@@ -1,0 +1,128 @@
+"""Which version of the prompts a run used: the Program's content hash and, in a git
+checkout, the commit and whether the Program's files differ from it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..compile.program import Program
+
+__all__ = ["GitStamper", "VersionStamp"]
+
+
+@dataclass(frozen=True, slots=True)
+class VersionStamp:
+    """Which version of the prompts a run used.
+
+    ``commit`` and ``dirty`` are None outside a git checkout. ``dirty`` is True when any of
+    the Program's files differs from the commit (modified, untracked, ignored, or outside the
+    checkout), i.e. when the commit alone cannot reproduce the run.
+    """
+
+    hash: str
+    commit: str | None = None
+    dirty: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"hash": self.hash}
+        if self.commit is not None:
+            out["commit"] = self.commit
+            out["dirty"] = self.dirty
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _GitInfo:
+    """The git checkout a program's files are in."""
+
+    toplevel: Path
+    git_dir: Path
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            # A prompt repository's hooks or pagers have no business running here.
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_PAGER": "cat"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+class GitStamper:
+    """Computes ``VersionStamp``s, caching git's answer per Program version.
+
+    The cache key also holds the modification times of git's index and HEAD log, so a
+    commit made while the runner serves an unchanged Program is still noticed; a run pays
+    for ``git`` only on the first run of a version or after such a commit.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._info: dict[Path, _GitInfo | None] = {}
+        self._stamps: dict[tuple[str, tuple[int, ...]], VersionStamp] = {}
+
+    def _git_info(self, root: Path) -> _GitInfo | None:
+        if root not in self._info:
+            out = _git(["rev-parse", "--show-toplevel", "--absolute-git-dir"], root)
+            lines = out.splitlines() if out else []
+            self._info[root] = (
+                _GitInfo(Path(lines[0]).resolve(), Path(lines[1])) if len(lines) == 2 else None
+            )
+        return self._info[root]
+
+    @staticmethod
+    def _markers(info: _GitInfo) -> tuple[int, ...]:
+        stamps: list[int] = []
+        for name in ("index", "HEAD", "logs/HEAD"):
+            try:
+                stamps.append((info.git_dir / name).stat().st_mtime_ns)
+            except OSError:
+                stamps.append(0)
+        return tuple(stamps)
+
+    def stamp(self, program: Program) -> VersionStamp:
+        """The stamp of ``program``; blocking (runs ``git`` on a cache miss)."""
+        with self._lock:
+            info = self._git_info(program.root)
+            if info is None:
+                return VersionStamp(program.version)
+            key = (program.version, self._markers(info))
+            cached = self._stamps.get(key)
+            if cached is not None:
+                return cached
+            head = _git(["rev-parse", "--verify", "-q", "HEAD"], info.toplevel)
+            if head is None:  # a repository without commits
+                stamp = VersionStamp(program.version)
+            else:
+                stamp = VersionStamp(program.version, head.strip(), self._dirty(program, info))
+            self._stamps[key] = stamp
+            return stamp
+
+    @staticmethod
+    def _dirty(program: Program, info: _GitInfo) -> bool:
+        inside: list[str] = []
+        for path in program.files:
+            try:
+                inside.append(path.resolve().relative_to(info.toplevel).as_posix())
+            except ValueError:
+                return True  # a file the commit cannot hold
+        if not inside:
+            return True
+        status = _git(
+            ["status", "--porcelain", "--untracked-files=all", "--ignored", "--", *inside],
+            info.toplevel,
+        )
+        return status is None or bool(status.strip())
