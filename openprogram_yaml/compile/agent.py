@@ -20,6 +20,7 @@ from ..spec.models import AgentSpec, ExecOptionsSpec, MethodSpec, built
 from ..spec.positions import TextOrigin
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap
+from .build import Build
 from .context import Collector, ProjectContext
 from .paths import display_path, resolve_inside
 from .program import (
@@ -36,7 +37,7 @@ from .templates import CompiledTemplate, TemplateEngine
 from .tools import build_tools
 from .toolsets import check_tool_selection, compile_toolsets
 
-__all__ = ["PendingMethodTools", "check_valid_parts", "compile_agent", "template_engine"]
+__all__ = ["PendingMethodTools", "check_valid_parts", "compile_agent"]
 
 _OPTION_FIELDS = tuple(ExecOptions.__dataclass_fields__)
 #: The runtime's rule for choice names (``runtime.choices``, which this module does not
@@ -277,29 +278,12 @@ def _choices(
     return tuple(options) if ok else None
 
 
-def template_engine(ctx: ProjectContext, agent_file: Path) -> TemplateEngine:
-    """Templates of an agent resolve from the project's template folders, then its own folder.
-
-    Engines are kept per set of folders: agents side by side share one, and so do successive
-    compiles (a reload), so a template file is parsed again only when it changes.
-    """
-    folders = (*ctx.template_dirs, agent_file.parent)
-    key = (ctx.root, folders)
-    engine = _engines.get(key)
-    if engine is None:
-        if len(_engines) >= 64:
-            _engines.clear()
-        engine = _engines[key] = TemplateEngine(ctx.root, search_paths=folders)
-    return engine
-
-
-_engines: dict[tuple[Path, tuple[Path, ...]], TemplateEngine] = {}
-
-
-def compile_agent(doc: AgentDocument, ctx: ProjectContext, col: Collector) -> Agent | None:
+def compile_agent(
+    doc: AgentDocument, ctx: ProjectContext, col: Collector, build: Build
+) -> Agent | None:
     """The agent in ``doc``, or None when it has problems (reported to ``col``)."""
     spec = doc.spec
-    engine = template_engine(ctx, doc.path)
+    engine = build.engine(ctx, doc.path)
     col.secrets = frozenset(doc.secrets)
     all_inputs: set[str] = set()
     for method in spec.methods.values():
@@ -366,7 +350,9 @@ def _check_model(col: Collector, doc: AgentDocument) -> bool:
     return False
 
 
-def check_valid_parts(path: Path, failed: PartialDocument, ctx: ProjectContext) -> list[Diagnostic]:
+def check_valid_parts(
+    path: Path, failed: PartialDocument, ctx: ProjectContext, build: Build
+) -> list[Diagnostic]:
     """Problems in the parts that did validate, when the file as a whole did not.
 
     When only ``${env:…}`` variables were missing, the whole agent is compiled (problems at
@@ -379,7 +365,7 @@ def check_valid_parts(path: Path, failed: PartialDocument, ctx: ProjectContext) 
         col = Collector()
         col.secrets = failed.secrets
         doc = AgentDocument(path, failed.spec, failed.source, set(failed.secrets))
-        compile_agent(doc, ctx, col)
+        compile_agent(doc, ctx, col, build)
         return [d for d in col.diagnostics if (d.line, d.col) not in failed.env_places]
     data = failed.data
     methods = data.get("methods") if isinstance(data, dict) else None
@@ -388,7 +374,7 @@ def check_valid_parts(path: Path, failed: PartialDocument, ctx: ProjectContext) 
     agent_vars = data.get("vars") if isinstance(data.get("vars"), dict) else {}
     col = Collector()
     col.secrets = failed.secrets
-    engine = template_engine(ctx, path)
+    engine = build.engine(ctx, path)
     for name, raw in methods.items():
         try:
             method = built(MethodSpec).model_validate(raw)

@@ -4,21 +4,15 @@ not compile them again.
 A one-shot ``openprogram-run`` spends most of its own time compiling: reading YAML with
 positions, validating it, checking templates and schemas. When nothing that compile read has
 changed, the program it built is loaded instead, and neither YAML nor pydantic is imported.
-Before an entry is used, everything the compile read is checked:
 
-- every file of ``Program.files`` (agents, the project file, templates, schemas, python tool
-  modules, test files): its size and modification time, or, when those moved, the sha256
-  of its contents;
-- the listing of the template and schema folders and of the folder of every file read,
-  since a new file there may shadow another;
-- the files each of the project's patterns (``agents:``, ``tests:``) matches;
-- what the search for the project found in each folder it looked in (``openprogram.yaml``
-  and ``.git`` in the agent file's folder and its parents), nothing included: a project
-  file appearing later in a parent folder makes the agent part of that project;
-- the value of every environment variable the files name (kept as a hash);
-- this package's own code, the Python version, the working directory (messages show paths
-  relative to it), and ``PATH`` and ``PYTHONPATH`` (command and python tools are found
-  through them).
+An entry is two files: ``KEY.json``, the compile's read-set (``compile.build.ReadSet``:
+every file read with its stamp and sha256, every path looked at with what was there,
+nothing included, the files each project pattern matched, a digest of each environment
+variable named, the installed libraries), and ``KEY.pickle``, the program. The read-set is
+plain data, checked before the pickle is opened: a file whose stamp moved is compared by
+its contents. The key names this package's own code, the Python version, the working
+directory (messages show paths relative to it), and ``PATH`` and ``PYTHONPATH`` (command
+and python tools are found through them).
 
 A file that changed while it was being compiled (modified less than ``stamps.RACY_NS``
 before the compile began, or after) is not trusted, and the program is not kept.
@@ -27,7 +21,7 @@ Where: ``$OPENPROGRAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/openprogram-yaml``, el
 ``~/.cache/openprogram-yaml``. ``OPENPROGRAM_CACHE=off`` turns the cache off. A program that
 holds a secret (a key or header value from the environment) is never written.
 
-Entries are pickles, and Jinja's template code holds a pickle too: loading one runs code,
+Programs are pickles, and Jinja's template code holds a pickle too: loading one runs code,
 so the folder must be one nobody else could have planted a file in. A folder that is
 given as a relative path, lies inside the project being run, is a symbolic link, belongs to
 another user or can be written by others is not used (one warning line says why), and an
@@ -40,22 +34,22 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import pickle
 import shutil
 import stat
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import __version__
 from .._file_writes import write_atomically
-from .paths import find_project_root, glob_files
+from .build import RACY_NS, ReadSet
+from .paths import find_project_root
 from .program import Program
-from .stamps import RACY_NS, entry_kind
-from .stamps import digest as file_digest
 
 if TYPE_CHECKING:
     from jinja2 import BytecodeCache
@@ -63,7 +57,7 @@ if TYPE_CHECKING:
 __all__ = ["cache_folder", "compile_cached", "load", "store", "template_code_cache"]
 
 #: Bumped whenever what an entry holds changes shape.
-_FORMAT = 3
+_FORMAT = 4
 #: Entries kept; beyond this, the least recently written half is removed.
 _ENTRIES_KEPT = 256
 
@@ -103,13 +97,21 @@ def load(path: Path, *, environ: Mapping[str, str] | None = None) -> Program | N
     env = os.environ if environ is None else environ
     key = _key(path, env)
     try:
+        opened = _open_private(folder, f"{key}.json")
+        if opened is None:
+            return None
+        with opened as stream:
+            manifest = json.load(stream)
+        if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
+            return None
+        if manifest.get("key") != key:
+            return None
+        if ReadSet.from_data(manifest["reads"]).changed(env) is not None:
+            return None
         opened = _open_private(folder, f"{key}.pickle")
         if opened is None:
             return None
         with opened as stream:
-            manifest = pickle.load(stream)
-            if not _still_valid(manifest, key, env):
-                return None
             program = pickle.load(stream)
     except Exception:  # missing, unreadable, or written by other code: compile instead
         return None
@@ -131,18 +133,26 @@ def store(
     if any(agent.secrets for agent in program.agents.values()):
         return False
     env = os.environ if environ is None else environ
-    manifest = _manifest(program, _key(path, env), env, started_ns)
-    if manifest is None:
-        return False
+    reads = program.reads
+    settled = started_ns - RACY_NS
+    if any(mtime_ns < 0 or mtime_ns >= settled for _, mtime_ns, _, _ in reads.files):
+        return False  # changed while it was compiled: its stamp cannot vouch for it
+    if reads.changed(env) is not None:
+        return False  # a lookup or a pattern found something else meanwhile
     folder = _usable_folder(environ, create=True, project=program.root)
     if folder is None:
         return False
+    key = _key(path, env)
+    manifest = {"format": _FORMAT, "key": key, "reads": reads.to_data()}
     try:
-        # ``load`` reads the manifest, then the program, from the one file.
-        data = pickle.dumps(manifest, pickle.HIGHEST_PROTOCOL)
-        data += pickle.dumps(program, pickle.HIGHEST_PROTOCOL)
-        # Not synced: an entry lost in a crash costs one compile, and a torn one fails to load.
-        write_atomically(folder / f"{manifest['key']}.pickle", data, sync=False, mode=0o600)
+        data = pickle.dumps(program, pickle.HIGHEST_PROTOCOL)
+        # Not synced: an entry lost in a crash costs one compile, and a torn one fails to
+        # load. The old read-set goes first: it must never vouch for the new program.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / f"{key}.json")
+        write_atomically(folder / f"{key}.pickle", data, sync=False, mode=0o600)
+        text = json.dumps(manifest, separators=(",", ":")).encode()
+        write_atomically(folder / f"{key}.json", text, sync=False, mode=0o600)
     except Exception:  # a full disk, or a program that does not pickle: it runs uncached
         return False
     _prune(folder)
@@ -230,96 +240,6 @@ def _code_fingerprint() -> str:
     return _fingerprint[0]
 
 
-def _manifest(
-    program: Program, key: str, env: Mapping[str, str], started_ns: int
-) -> dict[str, Any] | None:
-    """Plain data naming everything the compile read, or None when something changed while
-    it was compiled (or cannot be read), so the program must not be kept."""
-    settled = started_ns - RACY_NS
-    lookups = program.inputs.lookups
-    if not _same_lookups((str(path), kind) for path, kind in lookups):
-        return None  # a project file appeared (or went) while compiling
-    try:
-        files = [_settled(str(f), settled, file_digest) for f in sorted(program.files, key=str)]
-        looked_in = {*map(str, program.inputs.folders), *(os.path.dirname(f[0]) for f in files)}
-        folders = [_settled(folder, settled, _listing_digest) for folder in sorted(looked_in)]
-    except _Unsettled:
-        return None
-    return {
-        "format": _FORMAT,
-        "key": key,
-        "root": str(program.root),
-        "files": files,
-        "folders": folders,
-        "env": [(name, _env_digest(env.get(name))) for name in sorted(program.inputs.env_names)],
-        "globs": [
-            (pattern, [str(m) for m in matched]) for pattern, matched in program.inputs.globs
-        ],
-        "lookups": [(str(path), kind) for path, kind in lookups],
-    }
-
-
-class _Unsettled(Exception):
-    """A file or folder changed while it was compiled, or cannot be read."""
-
-
-def _settled(
-    path: str, settled_ns: int, contents: Callable[[str], bytes]
-) -> tuple[str, tuple[int, int], bytes]:
-    """``(path, (mtime_ns, size), digest of contents)``, for a path unchanged since
-    ``settled_ns``."""
-    try:
-        st = os.stat(path)
-        if st.st_mtime_ns >= settled_ns:
-            raise _Unsettled(path)
-        return path, (st.st_mtime_ns, st.st_size), contents(path)
-    except OSError as exc:
-        raise _Unsettled(path) from exc
-
-
-def _still_valid(manifest: Any, key: str, env: Mapping[str, str]) -> bool:
-    if not isinstance(manifest, dict) or manifest.get("format") != _FORMAT:
-        return False
-    if manifest.get("key") != key or not _same_lookups(manifest["lookups"]):
-        return False
-    for name, digest in manifest["env"]:
-        if _env_digest(env.get(name)) != digest:
-            return False
-    for file, stamp, digest in manifest["files"]:
-        try:
-            st = os.stat(file)
-            if (st.st_mtime_ns, st.st_size) != stamp and file_digest(file) != digest:
-                return False
-        except OSError:
-            return False
-    for folder, (mtime_ns, _), listing in manifest["folders"]:
-        try:
-            if os.stat(folder).st_mtime_ns != mtime_ns and _listing_digest(folder) != listing:
-                return False
-        except OSError:
-            return False
-    root = Path(manifest["root"])
-    return all(
-        [str(m) for m in glob_files(root, pattern)] == matched
-        for pattern, matched in manifest["globs"]
-    )
-
-
-def _same_lookups(lookups: Iterable[tuple[str, str]]) -> bool:
-    """Whether each path looked at holds what it held (a project file where there was
-    nothing changes the project)."""
-    return all(entry_kind(path) == kind for path, kind in lookups)
-
-
-def _listing_digest(folder: Path | str) -> bytes:
-    return hashlib.sha256("\0".join(sorted(os.listdir(folder))).encode()).digest()
-
-
-def _env_digest(value: str | None) -> bytes | None:
-    # A hash, not the value: the manifest need not hold what the environment said.
-    return None if value is None else hashlib.sha256(value.encode()).digest()
-
-
 # --- the folder --------------------------------------------------------------------------
 
 
@@ -405,8 +325,9 @@ def _prune(folder: Path) -> None:
     if len(entries) > _ENTRIES_KEPT:
         entries.sort(key=lambda e: e.stat().st_mtime_ns)
         for entry in entries[: len(entries) - _ENTRIES_KEPT // 2]:
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
+            for name in (entry.path, entry.path[: -len(".pickle")] + ".json"):
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
     current = _template_folder_name()
     week_ago = time.time() - 7 * 86_400
     for entry in found:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
 from ..redaction import redact
@@ -25,11 +23,13 @@ __all__ = ["Collector", "ProjectContext"]
 
 
 class Collector:
-    """Gathers every problem (and every file read) while compiling."""
+    """Gathers every problem (and every file read and path looked at) while compiling."""
 
     def __init__(self) -> None:
         self.diagnostics: list[Diagnostic] = []
         self.files: set[Path] = set()
+        #: Paths looked at that may have held something else (``paths.entry_kind``).
+        self.lookups: dict[str, str] = {}
         #: Secrets from the environment the texts being compiled may hold: no message shows
         #: one, and no template holding one has its code cached (see ``template``).
         self.secrets: frozenset[str] = frozenset()
@@ -63,6 +63,7 @@ class Collector:
             loc=loc,
         )
         self.files.update(bundle.files)
+        self.lookups.update(bundle.lookups)
         self._keep(bundle.diagnostics)
         return bundle.schema, not bundle.diagnostics
 
@@ -87,6 +88,7 @@ class Collector:
                 name=name,
                 declared_by=declared_by,
                 cache_code=not any(secret in text for secret in self.secrets),
+                lookups=self.lookups,
             )
         except ConfigError as exc:
             self._keep(exc.diagnostics)
@@ -95,7 +97,7 @@ class Collector:
         return compiled
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProjectContext:
     """What a project (``openprogram.yaml``) gives every agent it holds."""
 

@@ -7,12 +7,11 @@ import os
 import stat
 from pathlib import Path
 
-from .stamps import entry_kind
-
 __all__ = [
     "PROJECT_FILE",
     "Lookup",
     "display_path",
+    "entry_kind",
     "find_project_root",
     "glob_files",
     "glob_problem",
@@ -33,7 +32,20 @@ def find_project_root(start: Path) -> Path:
     return project_root_lookups(start)[0]
 
 
-#: A path looked at, and what was there (``stamps.entry_kind``: "" for nothing).
+def entry_kind(path: Path | str) -> str:
+    """What is at ``path``, links followed: ``"file"``, ``"folder"``, ``"other"``, or ``""``
+    for nothing. A lookup records it so that a later one can tell whether it would find
+    the same (a file where nothing was, a folder where a file was)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):  # ValueError: a NUL in the name
+        return ""
+    if stat.S_ISREG(mode):
+        return "file"
+    return "folder" if stat.S_ISDIR(mode) else "other"
+
+
+#: A path looked at, and what was there (``entry_kind``: "" for nothing).
 Lookup = tuple[Path, str]
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputValidationError, UsageError
 from ..redaction import redact
 from ..runtime.validation import SchemaValidator
+from .build import ReadSet
 
 if TYPE_CHECKING:
     from ..runtime import ToolsetPreset
@@ -264,24 +265,6 @@ class Agent:
 
 
 @dataclass(frozen=True, slots=True)
-class BuildInputs:
-    """What a compile read besides the contents of ``Program.files``: enough to tell, later,
-    whether compiling again would give the same program (the compile cache asks)."""
-
-    #: Every environment variable a file named with ``${env:…}``, set or not.
-    env_names: frozenset[str] = frozenset()
-    #: The template and schema folders: where names are looked up, so a file added there
-    #: may shadow another (the folder of every file in ``Program.files`` counts too).
-    folders: frozenset[Path] = frozenset()
-    #: The project's file patterns (``agents:``, ``tests:``), each with the files it matched.
-    globs: tuple[tuple[str, tuple[Path, ...]], ...] = ()
-    #: Paths looked at while finding the project (``openprogram.yaml`` and ``.git`` in the
-    #: file's folder and its parents), each with what was there: ``""`` for nothing, so
-    #: that a project file appearing later in a parent folder is seen.
-    lookups: tuple[tuple[Path, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class Program:
     """Everything compiled from a set of files; immutable, so a reload swaps it whole."""
 
@@ -294,8 +277,9 @@ class Program:
     tests: tuple[CompiledTest, ...] = ()
     #: Where recorded model replies are kept, when the project says.
     recordings: Path | None = None
-    #: What else the compile read (environment variables, folder listings, file patterns).
-    inputs: BuildInputs = BuildInputs()
+    #: Everything the compile read (``compile.build``): what it takes to tell, later,
+    #: whether compiling again would give the same program.
+    reads: ReadSet = field(default_factory=ReadSet)
 
     @reprlib.recursive_repr()
     def __repr__(self) -> str:

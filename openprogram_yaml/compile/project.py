@@ -9,34 +9,40 @@ other agents its tools call are all there.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
-
 from ..errors import ConfigError, Diagnostic
 from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument, PartialDocument, load_agent_file, load_document
 from ..spec.models import ProjectSpec, TestFileSpec
 from ..spec.yamlread import SourceMap
-from . import stamps
 from .agent import PendingMethodTools, check_valid_parts, compile_agent
+from .build import (
+    Build,
+    Checked,
+    FileRead,
+    KeptAgent,
+    ReadSet,
+    env_digest,
+    file_reads,
+    library_stamps,
+)
 from .context import Collector, ProjectContext
 from .paths import (
     PROJECT_FILE,
     display_path,
+    entry_kind,
     find_project_root,
     glob_files,
     glob_problem,
     project_root_lookups,
     resolve_inside,
 )
-from .program import Agent, BuildInputs, Program, RuntimeRule
-from .stamps import Stamp, stamps_once
+from .program import Agent, Program, RuntimeRule
 
 if TYPE_CHECKING:
     from .tests import CompiledTest
@@ -66,7 +72,7 @@ def load_project(
             target, problem = resolve_inside(path, entry, root)
             if target is None:
                 col.at(source, (key, i), str(problem))
-            elif not target.is_dir():
+            elif (col.lookups.setdefault(str(target), entry_kind(target))) != "folder":
                 col.at(source, (key, i), f"'{entry}' is not a folder ({target})")
             else:
                 found.append(target)
@@ -197,81 +203,32 @@ def _link_method_tools(
 
 # --- recompiling only what changed -------------------------------------------------------
 #
-# A reload recompiles the whole project, but an agent whose files (its own, and every
-# template, schema and tool module it was built from), environment variables and project
-# settings are unchanged is taken from here: one stat per file instead of a compile.
+# A reload recompiles the whole project, but an agent whose own reads (its file, and every
+# template, schema and tool module it was built from, the lookups that resolved them, its
+# environment variables) and project settings are unchanged is taken from the build.
 
 
-@fast_dataclass
-class _CachedAgent:
-    """A compiled agent, kept while its files, environment and project stay the same."""
-
-    ctx_key: tuple[object, ...]
-    doc: AgentDocument
-    agent: Agent
-    files: frozenset[Path]
-    stamps: tuple[tuple[str, Stamp], ...]
-    env: tuple[tuple[str, str | None], ...]
-
-    def still_valid(self, ctx_key: tuple[object, ...], environ: Mapping[str, str]) -> bool:
-        return (
-            ctx_key == self.ctx_key
-            and all(environ.get(name) == value for name, value in self.env)
-            and all(stamps.stamp(path) == known for path, known in self.stamps)
-        )
-
-    def fresh_agent(self) -> Agent:
-        # Method tools are linked anew each compile (the agents they call may have changed);
-        # the cached agent may still serve runs of an older Program, so it is not mutated.
-        pending = self.agent.method_tools
-        refs = pending.refs if isinstance(pending, PendingMethodTools) else {}
-        if not refs:
-            return self.agent  # nothing to link: the agent is immutable as it is
-        return dataclasses.replace(self.agent, method_tools=PendingMethodTools(refs))
-
-
-_cache: dict[Path, _CachedAgent] = {}
-_CACHE_LIMIT = 20_000
-
-
-def _remember(
-    path: Path,
-    ctx_key: tuple[object, ...],
-    doc: AgentDocument,
-    agent: Agent,
-    files: set[Path],
-    folders: set[Path],
-    environ: Mapping[str, str],
-) -> None:
-    if len(_cache) >= _CACHE_LIMIT:
-        _cache.clear()
-    _cache[path] = _CachedAgent(
-        ctx_key,
-        doc,
-        agent,
-        frozenset(files),
-        tuple(
-            (str(f), stamps.trusted_stamp(f, time.time_ns()))
-            for f in sorted(files | folders, key=str)
-        ),
-        tuple((name, environ.get(name)) for name in sorted(doc.env_names)),
-    )
+def _fresh_agent(kept: KeptAgent) -> Agent:
+    # Method tools are linked anew each compile (the agents they call may have changed);
+    # the kept agent may still serve runs of an older Program, so it is not mutated.
+    pending = kept.agent.method_tools
+    refs = pending.refs if isinstance(pending, PendingMethodTools) else {}
+    if not refs:
+        return kept.agent  # nothing to link: the agent is immutable as it is
+    return dataclasses.replace(kept.agent, method_tools=PendingMethodTools(refs))
 
 
 def _context_key(ctx: ProjectContext) -> tuple[object, ...]:
+    """What the project gives its agents: the project file's contents say it all, with the
+    environment it read and the folders it named."""
+    from .build import file_digest
+
     project_file = ctx.root / PROJECT_FILE
-    return (ctx.root, ctx.template_dirs, ctx.schema_dirs, stamps.stamp(project_file), ctx.env)
+    return (ctx.root, ctx.template_dirs, ctx.schema_dirs, file_digest(str(project_file)), ctx.env)
 
 
-def _version(files: Iterable[Path], root: Path) -> str:
-    """A content hash of the source files: which version of the prompts a run used."""
-    digest = hashlib.sha256()
-    prefix = str(root) + os.sep
-    for path in sorted(files, key=str):
-        text = str(path)
-        rel = text[len(prefix) :] if text.startswith(prefix) else text
-        digest.update(rel.replace(os.sep, "/").encode() + b"\0" + stamps.digest(path) + b"\0")
-    return digest.hexdigest()[:16]
+def _env_reads(names: Iterable[str], env: Mapping[str, str]) -> tuple[tuple[str, str | None], ...]:
+    return tuple((name, env_digest(env.get(name))) for name in sorted(names))
 
 
 def compile_agent_files(
@@ -280,44 +237,47 @@ def compile_agent_files(
     environ: Mapping[str, str] | None = None,
     context: ProjectContext | None = None,
     collector: Collector | None = None,
+    build: Build | None = None,
 ) -> Program:
     """Load, validate and compile agent files into one ``Program``.
 
-    Raises ``ConfigError`` with every problem of every file.
+    ``build`` carries what earlier compiles of the same files found (a reload keeps one);
+    without it everything is read anew. Raises ``ConfigError`` with every problem of every
+    file.
     """
-    with stamps_once():
-        return _compile_agent_files(paths, environ, context, collector)
-
-
-def _compile_agent_files(
-    paths: Iterable[Path],
-    environ: Mapping[str, str] | None,
-    context: ProjectContext | None,
-    collector: Collector | None,
-) -> Program:
+    build = build or Build(environ)
     col = collector or Collector()
     # A project's files come resolved from ``load_project``; others are resolved here.
     resolved = list(paths) if context is not None else [p.resolve() for p in paths]
     ctx = context or ProjectContext(
         find_project_root(resolved[0]) if resolved else Path.cwd().resolve()
     )
-    env = os.environ if environ is None else environ
+    return _compile_agents(resolved, ctx, col, build, time.time_ns())
+
+
+def _compile_agents(
+    resolved: list[Path], ctx: ProjectContext, col: Collector, build: Build, started_ns: int
+) -> Program:
+    env = build.env
     ctx_key = _context_key(ctx)
+    checked = Checked()
     agents: dict[str, Agent] = {}
     docs: dict[str, AgentDocument] = {}
     failed: dict[str, Path] = {}  # agents whose files have errors, by name
+    reads: list[ReadSet] = []
     for path in resolved:
         col.files.add(path)
-        cached = _cache.get(path)
-        if cached is not None and cached.still_valid(ctx_key, env):
-            agent, doc = cached.fresh_agent(), cached.doc
-            col.files |= cached.files
+        kept = build.kept(path, ctx_key, checked)
+        if kept is not None:
+            agent, doc = _fresh_agent(kept), kept.doc
+            col.files |= kept.files
+            reads.append(kept.reads)
         else:
             try:
-                doc = load_agent_file(path, display=str(display_path(path)), environ=environ)
+                doc = load_agent_file(path, display=str(display_path(path)), environ=build.environ)
             except PartialDocument as exc:
                 col.diagnostics.extend(exc.diagnostics)
-                col.diagnostics.extend(check_valid_parts(path, exc, ctx))
+                col.diagnostics.extend(check_valid_parts(path, exc, ctx, build))
                 name = exc.data.get("name") if isinstance(exc.data, dict) else None
                 failed[name if isinstance(name, str) and name else path.stem] = path
                 continue
@@ -326,17 +286,22 @@ def _compile_agent_files(
                 failed[path.stem] = path  # unreadable: its file name is the best guess
                 continue
             agent_col = Collector()
-            compiled = compile_agent(doc, ctx, agent_col)
+            compiled = compile_agent(doc, ctx, agent_col, build)
             col.diagnostics.extend(agent_col.diagnostics)
             col.files |= agent_col.files
+            col.lookups.update(agent_col.lookups)
             if compiled is None:
                 failed[doc.spec.name] = path
                 continue
             agent = compiled
-            # The folders templates and schemas are looked up in count too: a file added
-            # there can change what an include or a $ref resolves to.
-            lookups = {*ctx.template_dirs, *ctx.schema_dirs, path.parent}
-            _remember(path, ctx_key, doc, agent, {path, *agent_col.files}, lookups, env)
+            files, settled = file_reads({path, *agent_col.files}, started_ns)
+            own = ReadSet(files, tuple(sorted(agent_col.lookups.items())))
+            own = dataclasses.replace(own, env=_env_reads(doc.env_names, env))
+            reads.append(own)
+            if settled:  # else compiled again next time: it may have changed unseen
+                build.agents[path] = KeptAgent(
+                    ctx_key, doc, agent, frozenset({path, *agent_col.files}), own
+                )
         if agent.name in agents:
             col.at(
                 doc.source,
@@ -359,19 +324,44 @@ def _compile_agent_files(
                 doc.spec.tests, agents[name], doc.source, ("tests",), doc.path, ctx, col
             )
     for test_file in ctx.test_files:
-        tests += _compile_test_file(test_file, agents, ctx, col, environ, env_names, failed)
+        tests += _compile_test_file(test_file, agents, ctx, col, build.environ, env_names, failed)
     if col.diagnostics:
         raise ConfigError(col.diagnostics)
-    folders = frozenset({*ctx.template_dirs, *ctx.schema_dirs})
+    program_reads = _program_reads(ctx, col, reads, env_names, env, started_ns)
     return Program(
         root=ctx.root,
         agents=agents,
         files=frozenset(col.files),
-        version=_version(col.files, ctx.root),
+        version=program_reads.version(ctx.root),
         tests=tuple(tests),
         recordings=ctx.recordings,
-        inputs=BuildInputs(frozenset(env_names), folders, ctx.globs),
+        reads=program_reads,
     )
+
+
+def _program_reads(
+    ctx: ProjectContext,
+    col: Collector,
+    agents: list[ReadSet],
+    env_names: Iterable[str],
+    env: Mapping[str, str],
+    started_ns: int,
+) -> ReadSet:
+    """What the whole compile read: each agent's reads, and the project's own (its file,
+    test files, the lookups that found it, its patterns)."""
+    known: dict[str, FileRead] = {read[0]: read for part in agents for read in part.files}
+    rest = [f for f in col.files if str(f) not in known]
+    files = (*known.values(), *file_reads(rest, started_ns)[0])
+    project = ReadSet(
+        files=tuple(sorted(files)),
+        lookups=tuple(sorted(col.lookups.items())),
+        globs=tuple(
+            (str(ctx.root), pattern, tuple(map(str, matched))) for pattern, matched in ctx.globs
+        ),
+        env=_env_reads(env_names, env),
+        libraries=library_stamps(),
+    )
+    return project.merged(agents)
 
 
 def _compile_test_file(
@@ -419,13 +409,15 @@ def _compile_test_file(
     )
 
 
-def compile_path(path: Path, *, environ: Mapping[str, str] | None = None) -> Program:
-    """Compile an agent file, a project folder, or a project's ``openprogram.yaml``."""
-    with stamps_once():
-        return _compile_path(path, environ)
+def compile_path(
+    path: Path, *, environ: Mapping[str, str] | None = None, build: Build | None = None
+) -> Program:
+    """Compile an agent file, a project folder, or a project's ``openprogram.yaml``.
 
-
-def _compile_path(path: Path, environ: Mapping[str, str] | None) -> Program:
+    ``build``: see ``compile_agent_files``.
+    """
+    build = build or Build(environ)
+    started_ns = time.time_ns()
     if not path.exists():
         raise ConfigError(Diagnostic(str(path), 0, 0, "no such file or folder"))
     path = path.resolve()
@@ -441,20 +433,24 @@ def _compile_path(path: Path, environ: Mapping[str, str] | None) -> Program:
                     f"{PROJECT_FILE} (version: 1, agents: [...]) to make it a project",
                 )
             )
-        return _compile_project(folder, environ)
+        return _compile_project(folder, build, started_ns)
     root, lookups = project_root_lookups(path)
+    col = Collector()
+    col.lookups.update((str(where), kind) for where, kind in lookups)
     if (root / PROJECT_FILE).is_file():
-        program = _compile_project(root, environ, extra=path)
-    else:
-        program = compile_agent_files([path], environ=environ)
-    return dataclasses.replace(program, inputs=dataclasses.replace(program.inputs, lookups=lookups))
+        return _compile_project(root, build, started_ns, extra=path, col=col)
+    return _compile_agents([path], ProjectContext(root), col, build, started_ns)
 
 
 def _compile_project(
-    root: Path, environ: Mapping[str, str] | None, extra: Path | None = None
+    root: Path,
+    build: Build,
+    started_ns: int,
+    extra: Path | None = None,
+    col: Collector | None = None,
 ) -> Program:
-    col = Collector()
-    ctx, agent_files = load_project(root, col, environ)
+    col = col or Collector()
+    ctx, agent_files = load_project(root, col, build.environ)
     if extra is not None and extra not in set(agent_files):
         agent_files.append(extra)
     if not agent_files and not col.diagnostics:
@@ -462,4 +458,4 @@ def _compile_project(
             str(display_path(root / PROJECT_FILE)), 1, 1, "the project holds no agents"
         )
         raise ConfigError(pos)
-    return compile_agent_files(agent_files, environ=environ, context=ctx, collector=col)
+    return _compile_agents(agent_files, ctx, col, build, started_ns)

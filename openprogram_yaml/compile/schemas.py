@@ -13,18 +13,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import Diagnostic
 from ..runtime.validation import keyword_mistakes, schema_issues
 from ..spec.positions import Position
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import MAX_DEPTH, Loc, SourceMap, load_yaml_text
-from .paths import resolve_inside
+from .paths import entry_kind, resolve_inside
 
 __all__ = ["ENVELOPE_KEYS", "SchemaBundle", "bundle_schema", "split_envelope"]
 
@@ -35,13 +33,15 @@ ENVELOPE_KEYS = frozenset(
 _FALLBACKS = ("auto", "none", "prompt")
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class SchemaBundle:
     """A self-contained schema plus the files it was built from."""
 
     schema: Any
     files: set[Path] = field(default_factory=set)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    #: Every path a ``$ref`` was looked up at, with what was there (``paths.entry_kind``).
+    lookups: dict[str, str] = field(default_factory=dict)
 
 
 def split_envelope(value: Any) -> tuple[Any, dict[str, Any], bool]:
@@ -144,10 +144,16 @@ class _Bundler:
             self._prefixes[path] = found
         return found
 
+    def kind(self, path: Path) -> str:
+        """What is at ``path`` (``paths.entry_kind``), recorded: a file appearing there
+        later changes what a ``$ref`` resolves to."""
+        found = self.out.lookups[str(path)] = entry_kind(path)
+        return found
+
     def find_in_schema_folders(self, name: str) -> Path | None:
         for folder in self.search:
             candidate = (folder / name).resolve()
-            if candidate.is_file() and candidate.is_relative_to(self.root):
+            if self.kind(candidate) == "file" and candidate.is_relative_to(self.root):
                 return candidate
         return None
 
@@ -214,10 +220,11 @@ class _Bundler:
             chain = " -> ".join(p.name for p in (*stack, target))
             self.error(pos, f"$ref cycle between schema files: {chain}; use $defs for recursion")
             return None
-        if target.exists() and not target.is_file():
+        kind = self.kind(target)
+        if kind not in ("", "file"):
             self.error(pos, f"$ref '{ref}': {target} is not a regular file")
             return None
-        if not target.is_file():
+        if kind != "file":
             found = self.find_in_schema_folders(file_part)
             if found is None:
                 folders = ", ".join(str(p) for p in self.search)
@@ -234,12 +241,11 @@ class _Bundler:
 
         data = self.walk(data, target, inner, (), (*stack, target), self.prefix(target))
         if pointer:
-            for part in pointer.strip("/").split("/"):
-                if isinstance(data, dict) and part in data:
-                    data = data[part]
-                else:
-                    self.error(pos, f"$ref '{ref}': '{pointer}' is not in {target.name}")
-                    return None
+            found = _pointed(data, pointer)
+            if found is _NOWHERE:
+                self.error(pos, f"$ref '{ref}': '{pointer}' is not in {target.name}")
+                return None
+            return found
         return data
 
 
@@ -275,6 +281,24 @@ def bundle_schema(
                 Diagnostic(pos.path, pos.line, pos.col, f"invalid JSON Schema: {message}")
             )
     return out
+
+
+_NOWHERE = object()
+
+
+def _pointed(data: Any, pointer: str) -> Any:
+    """What the JSON pointer ``pointer`` (``/a/b``; the leading ``/`` may be left out)
+    names in ``data``, or ``_NOWHERE``."""
+    from referencing import Registry
+    from referencing.exceptions import PointerToNowhere
+    from referencing.jsonschema import DRAFT202012
+
+    resource = DRAFT202012.create_resource(data)
+    try:
+        resolved = resource.pointer("/" + pointer.strip("/"), Registry().resolver())
+    except (PointerToNowhere, LookupError, TypeError, ValueError):
+        return _NOWHERE
+    return resolved.contents
 
 
 def _nests_deeper(data: Any, limit: int) -> bool:

@@ -32,11 +32,10 @@ import os
 import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.compile._template_text import (
     code_identifiers,
     column_of,
@@ -44,7 +43,7 @@ from openprogram_yaml.compile._template_text import (
     reference_col,
     syntax_error_position,
 )
-from openprogram_yaml.compile.paths import display_path
+from openprogram_yaml.compile.paths import display_path, entry_kind
 from openprogram_yaml.compile.rendering import CompiledTemplate, TemplateRenderError
 from openprogram_yaml.errors import ConfigError, Diagnostic
 from openprogram_yaml.spec.positions import TextOrigin
@@ -56,7 +55,7 @@ if TYPE_CHECKING:
 __all__ = ["CompiledTemplate", "TemplateEngine", "TemplateRenderError"]
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _FileEntry:
     """A template file read and analysed, kept while its stamp holds."""
 
@@ -66,7 +65,7 @@ class _FileEntry:
     problems: tuple[Diagnostic, ...]
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class _Check:
     """The state of one compile: what was found, and what the compiled template pins."""
 
@@ -77,13 +76,14 @@ class _Check:
     sources: dict[str, str] = field(default_factory=dict)
     links: dict[tuple[str, str], str] = field(default_factory=dict)
     done: set[tuple[Path, bool, frozenset[str]]] = field(default_factory=set)
+    lookups: dict[str, str] = field(default_factory=dict)
 
     def add(self, origin: TextOrigin, line: int, col: int, message: str) -> None:
         position = origin.locate(line, col)
         self.diagnostics[Diagnostic(position.path, position.line, position.col, message)] = None
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Unresolved:
     """Why a template name could not be resolved."""
 
@@ -91,7 +91,7 @@ class _Unresolved:
     missing: bool = False
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Unit:
     """One template being checked, and how it is rendered."""
 
@@ -125,18 +125,16 @@ def _file_stamp(path: str) -> tuple[int, int] | None:
 
 
 #: What a successful check found: variables read, the files pulled in (their text and
-#: stamps), and the names the includes resolved to.
+#: stamps), the names the includes resolved to, and every path the resolving looked at
+#: with what was there (a template appearing in an earlier folder changes a resolution).
 _Checked = tuple[
     frozenset[str],
     dict[str, str],
     dict[tuple[str, str], str],
     dict[str, tuple[int, int] | None],
+    dict[str, str],
 ]
 _CHECKED_KEPT = 8192
-
-#: Analyses by template text. What a template reads and pulls in depends on its text alone,
-#: and repositories repeat texts (shared prompt files, the same inline prompt in many agents).
-_analyses: dict[str, _jinja_analysis.Analysis] = {}
 _ANALYSES_KEPT = 4096
 
 
@@ -145,10 +143,17 @@ class TemplateEngine:
 
     ``search_paths`` are the project's template folders (relative ones are taken from
     ``project_root``); with none, the project root itself is the one folder. Each must lie
-    inside ``project_root``.
+    inside ``project_root``. ``analyses`` (by template text) may be shared between engines:
+    what a template reads depends on its text alone.
     """
 
-    def __init__(self, project_root: Path, search_paths: Sequence[Path] = ()) -> None:
+    def __init__(
+        self,
+        project_root: Path,
+        search_paths: Sequence[Path] = (),
+        *,
+        analyses: dict[str, _jinja_analysis.Analysis] | None = None,
+    ) -> None:
         self.project_root = Path(project_root).resolve()
         folders = [self.project_root / p for p in search_paths] or [self.project_root]
         outside = [p for p in folders if not p.resolve().is_relative_to(self.project_root)]
@@ -171,6 +176,7 @@ class TemplateEngine:
         self._lock = threading.Lock()
         self._checker: _jinja.PromptSandbox | None = None
         self._checked: dict[tuple[Any, ...], _Checked] = {}
+        self._analyses = {} if analyses is None else analyses
 
     def compile(
         self,
@@ -181,6 +187,7 @@ class TemplateEngine:
         name: str | None = None,
         declared_by: str = "the method",
         cache_code: bool = True,
+        lookups: dict[str, str] | None = None,
     ) -> CompiledTemplate:
         """Check ``source`` and every template it pulls in; raise ConfigError listing all
         problems, or return a template ready to render.
@@ -188,7 +195,8 @@ class TemplateEngine:
         ``declared`` are the names the render variables will hold; ``declared_by`` names who
         declares them in messages (``template reads 'x', which the method does not declare``).
         ``cache_code=False`` keeps the code Jinja generates for it out of the template code
-        cache (for a source holding a secret).
+        cache (for a source holding a secret). ``lookups`` receives every path looked at
+        while resolving template names, with what was there (``stamps.entry_kind``).
         """
 
         template_name = name or str(origin.start)
@@ -201,10 +209,17 @@ class TemplateEngine:
             origin.path if origin.style == "file" else None,
         )
         known = self._checked.get(checked_key)
-        if known is not None and all(_file_stamp(k) == v for k, v in known[3].items()):
+        if (
+            known is not None
+            and all(_file_stamp(k) == v for k, v in known[3].items())
+            and all(entry_kind(k) == v for k, v in known[4].items())
+        ):
             # The same text, seeing the same names from the same folder, with every file it
-            # pulls in unchanged: what it reads and includes is what it read last time.
+            # pulls in unchanged and every name resolving as it did: what it reads and
+            # includes is what it read last time.
             variables, sources, links = known[0], known[1], known[2]
+            if lookups is not None:
+                lookups.update(known[4])
             return self._compiled(
                 source, template_name, origin, variables, sources, links, cache_code
             )
@@ -233,7 +248,9 @@ class TemplateEngine:
         if len(self._checked) >= _CHECKED_KEPT:
             self._checked.clear()
         stamps = {key: _file_stamp(key) for key in sources}
-        self._checked[checked_key] = (variables, sources, dict(check.links), stamps)
+        self._checked[checked_key] = (variables, sources, dict(check.links), stamps, check.lookups)
+        if lookups is not None:
+            lookups.update(check.lookups)
         return self._compiled(
             source, template_name, origin, variables, sources, check.links, cache_code
         )
@@ -275,14 +292,14 @@ class TemplateEngine:
 
         env = self._environment()
         try:
-            analysis = _analyses.get(source)
+            analysis = self._analyses.get(source)
             if analysis is None:
                 analysis = _jinja_analysis.simple_analysis(env, source) or _jinja_analysis.analyze(
                     env, source, name, origin.path
                 )
-                if len(_analyses) >= _ANALYSES_KEPT:
-                    _analyses.clear()
-                _analyses[source] = analysis
+                if len(self._analyses) >= _ANALYSES_KEPT:
+                    self._analyses.clear()
+                self._analyses[source] = analysis
         except _jinja.TemplateSyntaxError as exc:
             line, col = syntax_error_position(source, exc.message or str(exc), exc.lineno)
             position = origin.locate(line, col)
@@ -318,7 +335,7 @@ class TemplateEngine:
         if ref.name is None:
             check.add(unit.origin, ref.line, col, _COMPUTED_NAME.format(kind=ref.kind))
             return
-        found = self._resolve(ref.name, unit.base_dir)
+        found = self._resolve(ref.name, unit.base_dir, check.lookups)
         if isinstance(found, _Unresolved):
             if not (found.missing and ref.ignore_missing):
                 check.add(unit.origin, ref.line, col, found.message)
@@ -365,8 +382,9 @@ class TemplateEngine:
             check,
         )
 
-    def _resolve(self, name: str, base_dir: Path) -> Path | _Unresolved:
-        """The real path of template ``name``, or why there is none."""
+    def _resolve(self, name: str, base_dir: Path, lookups: dict[str, str]) -> Path | _Unresolved:
+        """The real path of template ``name``, or why there is none; each path looked at
+        goes to ``lookups`` with what was there."""
         if not name.strip() or "\\" in name or Path(name).is_absolute() or "\x00" in name:
             return _Unresolved(
                 f"template name {name!r} is not a relative path; name templates relative to "
@@ -375,8 +393,9 @@ class TemplateEngine:
         relative = name.startswith(("./", "../"))
         candidates = [base_dir / name] if relative else [f / name for f in self.search_paths]
         for candidate in candidates:
-            if not candidate.is_file():
-                if candidate.exists() and not candidate.is_dir():
+            kind = lookups[str(candidate)] = entry_kind(candidate)
+            if kind != "file":
+                if kind == "other":
                     return _Unresolved(f"template {name!r} ({candidate}) is not a regular file")
                 continue
             real = candidate.resolve()

@@ -1,0 +1,290 @@
+"""One build: what a compile read, and what successive compiles of the same files share.
+
+Every read that can change what a compile gives is recorded in a ``ReadSet``: the files
+read (with their stamp and sha256), each path looked at and what was there (nothing
+included: a project file or a template appearing later changes the result), the files
+each project pattern matched, the environment variables named (a digest of each value),
+and the installed libraries that shape the result. A read-set is plain data; the compile
+cache keeps it as JSON beside its entry, and checks it before anything is unpickled.
+
+``Build`` lives across compiles (the runner's reload keeps one): it owns the template
+engines (with the template files and analyses they keep) and the agents compiled last
+time, each with the read-set of what that agent alone depends on. An agent whose
+read-set still holds is taken as it is; a save renaming one file over another changes a
+folder's listing, which only the project's patterns depend on, so one saved file
+recompiles the agents that read it and no other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .paths import entry_kind, glob_files
+
+if TYPE_CHECKING:
+    from ..spec.loader import AgentDocument
+    from ._jinja_analysis import Analysis
+    from .context import ProjectContext
+    from .program import Agent
+    from .templates import TemplateEngine
+
+__all__ = [
+    "RACY_NS",
+    "Build",
+    "Checked",
+    "FileRead",
+    "KeptAgent",
+    "ReadSet",
+    "env_digest",
+    "file_digest",
+    "file_reads",
+    "library_stamps",
+]
+
+#: The libraries whose version can change what a compile gives (messages, checks).
+_LIBRARIES = ("jinja2", "jsonschema", "referencing", "pydantic", "pydantic_core", "yaml")
+
+#: A file changed less than this long before it was compiled may change again within the
+#: same timestamp tick, unseen (git calls this "racy"); its stamp cannot vouch for it.
+RACY_NS = 50_000_000
+
+#: ``(path, mtime_ns, size, sha256 hex)``.
+FileRead = tuple[str, int, int, str]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadSet:
+    """Everything a compile read, as plain data (see the module docstring)."""
+
+    files: tuple[FileRead, ...] = ()
+    #: Paths looked at, each with what was there (``stamps.entry_kind``; "" for nothing).
+    lookups: tuple[tuple[str, str], ...] = ()
+    #: ``(root, pattern, files matched)`` for each project pattern globbed.
+    globs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    #: ``(name, sha256 hex of the value)``; None for a variable that was not set.
+    env: tuple[tuple[str, str | None], ...] = ()
+    libraries: tuple[tuple[str, str], ...] = ()
+
+    def changed(self, environ: Mapping[str, str], checked: Checked | None = None) -> str | None:
+        """The first read that would read differently now, or None when all still hold.
+
+        ``checked`` remembers, within one compile, paths already found unchanged: agents
+        share templates and schemas.
+        """
+        memo = checked if checked is not None else Checked()
+        for name, value in self.env:
+            if env_digest(environ.get(name)) != value:
+                return f"${name}"
+        for path, kind in self.lookups:
+            if memo.kind(path) != kind:
+                return path
+        for read in self.files:
+            if not memo.same_file(read):
+                return read[0]
+        for root, pattern, matched in self.globs:
+            if tuple(map(str, glob_files(Path(root), pattern))) != matched:
+                return f"{root}/{pattern}"
+        if self.libraries and self.libraries != library_stamps():
+            return "installed libraries"
+        return None
+
+    def merged(self, others: Iterable[ReadSet]) -> ReadSet:
+        """This read-set and ``others`` as one (what a whole program read)."""
+        files = dict.fromkeys(self.files)
+        lookups = dict.fromkeys(self.lookups)
+        globs = dict.fromkeys(self.globs)
+        env = dict.fromkeys(self.env)
+        for other in others:
+            files.update(dict.fromkeys(other.files))
+            lookups.update(dict.fromkeys(other.lookups))
+            globs.update(dict.fromkeys(other.globs))
+            env.update(dict.fromkeys(other.env))
+        return ReadSet(
+            tuple(sorted(files)),
+            tuple(sorted(lookups)),
+            tuple(globs),
+            tuple(sorted(env)),
+            self.libraries,
+        )
+
+    def version(self, root: Path) -> str:
+        """A content hash of the files read: which version of the prompts a run used."""
+        digest = hashlib.sha256()
+        prefix = str(root) + os.sep
+        for path, _, _, sha in sorted(self.files):
+            rel = path[len(prefix) :] if path.startswith(prefix) else path
+            digest.update(rel.replace(os.sep, "/").encode() + b"\0" + sha.encode() + b"\0")
+        return digest.hexdigest()[:16]
+
+    def to_data(self) -> dict[str, object]:
+        """The read-set as JSON data."""
+        return {
+            "files": self.files,
+            "lookups": self.lookups,
+            "globs": self.globs,
+            "env": self.env,
+            "libraries": self.libraries,
+        }
+
+    @classmethod
+    def from_data(cls, data: object) -> ReadSet:
+        """The read-set ``to_data`` gave (read back from JSON); ``ValueError`` otherwise."""
+        try:
+            assert isinstance(data, dict)
+            return cls(
+                files=tuple((str(p), int(m), int(s), str(h)) for p, m, s, h in data["files"]),
+                lookups=tuple((str(p), str(k)) for p, k in data["lookups"]),
+                globs=tuple((str(r), str(p), tuple(map(str, m))) for r, p, m in data["globs"]),
+                env=tuple((str(n), None if v is None else str(v)) for n, v in data["env"]),
+                libraries=tuple((str(n), str(v)) for n, v in data["libraries"]),
+            )
+        except (AssertionError, KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a read-set: {exc!r}") from exc
+
+
+class Checked:
+    """Paths already checked during one validation pass (a stat each, not one per agent)."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[str, str] = {}
+        self._files: dict[FileRead, bool] = {}
+
+    def kind(self, path: str) -> str:
+        found = self._kinds.get(path)
+        if found is None:
+            found = self._kinds[path] = entry_kind(path)
+        return found
+
+    def same_file(self, read: FileRead) -> bool:
+        same = self._files.get(read)
+        if same is None:
+            same = self._files[read] = _same_file(read)
+        return same
+
+
+def _same_file(read: FileRead) -> bool:
+    path, mtime_ns, size, sha = read
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if (st.st_mtime_ns, st.st_size) == (mtime_ns, size):
+        return True
+    # A touch, a checkout, or a save that changed nothing: the contents decide.
+    return st.st_size == size and file_digest(path) == sha
+
+
+def file_digest(path: str) -> str:
+    try:
+        with open(path, "rb") as stream:
+            return hashlib.sha256(stream.read()).hexdigest()
+    except OSError:
+        return ""
+
+
+def env_digest(value: str | None) -> str | None:
+    # A hash, not the value: a read-set kept on disk must not hold what the environment said.
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+
+
+def file_reads(paths: Iterable[Path | str], started_ns: int) -> tuple[tuple[FileRead, ...], bool]:
+    """What each file holds now, for a compile that started at ``started_ns``; and whether
+    all are settled.
+
+    A file modified less than ``RACY_NS`` before the compile began, or after, is not: it
+    may change again within the same timestamp tick, unseen, so its stamp cannot vouch for
+    what the compile read (nor can a file that is gone).
+    """
+    out = []
+    settled = True
+    for path in sorted(map(str, paths)):
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append((path, -1, -1, ""))
+            settled = False
+            continue
+        settled = settled and st.st_mtime_ns < started_ns - RACY_NS
+        out.append((path, st.st_mtime_ns, st.st_size, file_digest(path)))
+    return tuple(out), settled
+
+
+_library_stamps: list[tuple[tuple[str, str], ...]] = []
+
+
+def library_stamps() -> tuple[tuple[str, str], ...]:
+    """Each library of ``_LIBRARIES`` as installed: where its package lies and that file's
+    stamp. Found without importing them (a program served from the compile cache needs
+    neither YAML nor pydantic)."""
+    if not _library_stamps:
+        found = []
+        for name in _LIBRARIES:
+            spec = importlib.util.find_spec(name)
+            origin = spec.origin if spec is not None else None
+            try:
+                st = os.stat(origin) if origin else None
+            except OSError:
+                st = None
+            found.append((name, f"{origin}:{st.st_mtime_ns}:{st.st_size}" if st else ""))
+        _library_stamps.append(tuple(found))
+    return _library_stamps[0]
+
+
+@dataclass(slots=True)
+class KeptAgent:
+    """An agent compiled by an earlier compile of this build, with what it read."""
+
+    context: tuple[object, ...]
+    doc: AgentDocument
+    agent: Agent
+    files: frozenset[Path]
+    reads: ReadSet
+
+
+@dataclass(slots=True)
+class Build:
+    """What successive compiles of the same repository share (see the module docstring).
+
+    A compile given no build makes a fresh one, so it reads everything anew.
+    """
+
+    environ: Mapping[str, str] | None = None
+    engines: dict[tuple[Path, tuple[Path, ...]], TemplateEngine] = field(default_factory=dict)
+    #: Template analyses by text: what a template reads depends on its text alone, and
+    #: repositories repeat texts (a shared prompt file, one inline prompt in many agents).
+    analyses: dict[str, Analysis] = field(default_factory=dict)
+    agents: dict[Path, KeptAgent] = field(default_factory=dict)
+
+    @property
+    def env(self) -> Mapping[str, str]:
+        return os.environ if self.environ is None else self.environ
+
+    def engine(self, ctx: ProjectContext, agent_file: Path) -> TemplateEngine:
+        """The template engine of an agent: the project's template folders, then the agent's
+        own folder. Agents side by side share one, and successive compiles do too."""
+        from .templates import TemplateEngine
+
+        folders = (*ctx.template_dirs, agent_file.parent)
+        key = (ctx.root, folders)
+        engine = self.engines.get(key)
+        if engine is None:
+            engine = self.engines[key] = TemplateEngine(
+                ctx.root, search_paths=folders, analyses=self.analyses
+            )
+        return engine
+
+    def kept(self, path: Path, context: tuple[object, ...], checked: Checked) -> KeptAgent | None:
+        """The agent compiled from ``path`` last time, if nothing it read has changed."""
+        kept = self.agents.get(path)
+        if kept is None or kept.context != context:
+            return None
+        if kept.reads.changed(self.env, checked) is not None:
+            del self.agents[path]
+            return None
+        return kept
