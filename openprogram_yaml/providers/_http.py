@@ -133,11 +133,6 @@ class ProviderSettings:
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
     max_connections: int = 200
 
-    @property
-    def key_required(self) -> bool:
-        """A key is required unless the server is on this machine or a private network."""
-        return not is_local_url(self.base_url)
-
     def client(self, headers: Mapping[str, str]) -> ClientSettings:
         """The pooled client's settings, sending ``headers`` (auth included) on every request."""
         return ClientSettings(
@@ -358,6 +353,8 @@ class HTTPRuntime:
             },
         )
         self._api_key = api_key
+        # A local server (Ollama, vLLM …) may need no key; decided once, not on every turn.
+        self._key_required = not is_local_url(self.settings.base_url)
         self._transport = transport
         self._pool: ClientPool[HTTPClient] = ClientPool(self._new_client)
         self._extra_secrets: set[str] = set()
@@ -495,7 +492,7 @@ class HTTPRuntime:
                 f"'{self.provider}:MODEL' or the runtime option `model`)",
                 False,
             )
-        if self.settings.key_required and self._key() is None and not options.get("api_key"):
+        if self._key_required and self._key() is None and not options.get("api_key"):
             return TurnFailure(
                 ErrorReason.AUTH.value,
                 f"{self.provider}: no API key: set {self.settings.api_key_env} "

@@ -95,6 +95,18 @@ def test_post_json_body_keeps_argument_types_and_text_body_is_sent_as_is(
     text_tool = make(server.url + "/notes", method="PUT", body="qty={{ qty }}")
     assert run(text_tool, order_id="A-1", qty=2) == "created"
     assert (server.requests[1].method, server.requests[1].body) == ("PUT", b"qty=2")
+    # A text body is sent with no Content-Type the tool did not declare (aiohttp, the shared
+    # client's library, would otherwise label it application/octet-stream).
+    assert "content-type" not in {name.lower() for name in server.requests[1].headers}
+
+
+def test_query_values_join_a_query_the_url_already_has(
+    server: LoopbackServer, make: Callable[..., HttpTool]
+) -> None:
+    server.add(json_reply({"ok": True}))
+    tool = make(server.url + "/orders?v=2", query={"id": "{{ order_id }}"})
+    assert run(tool, order_id="A 1") == {"ok": True}
+    assert server.requests[0].path == "/orders?v=2&id=A+1"
 
 
 def test_error_status_is_a_tool_error_with_status_and_excerpt_but_no_secret(
