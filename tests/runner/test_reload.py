@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,6 @@ from reload_helpers import (
 
 from openprogram_yaml.run.record import RecordLog
 from openprogram_yaml.run.service import RunService
-from openprogram_yaml.run.version import GitStamper
 from openprogram_yaml.runner.reload import ProgramHolder
 from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime
 
@@ -205,42 +203,6 @@ def test_a_new_file_fixes_a_config_that_needs_it(tmp_path: Path) -> None:
         await watcher
 
     asyncio.run(scenario())
-
-
-def _git(cwd: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    )
-
-
-def test_version_names_the_commit_and_whether_files_differ(tmp_path: Path) -> None:
-    agent = write_agent(tmp_path, "v {{ x }}")
-    holder = ProgramHolder(agent, stamper=GitStamper())
-    program = holder.load()
-    assert holder.snapshot()[1].to_dict() == {"hash": program.version}  # no checkout
-
-    _git(tmp_path, "init", "-q")
-    _git(tmp_path, "add", ".")
-    _git(tmp_path, "commit", "-q", "-m", "prompts")
-    holder.stamper = GitStamper()
-    _, stamp = holder.snapshot()
-    head = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    assert (stamp.hash, stamp.commit, stamp.dirty) == (program.version, head, False)
-
-    (tmp_path / "unrelated.txt").write_text("not a prompt")  # does not make the run dirty
-    assert holder.snapshot()[1].dirty is False
-    (tmp_path / "prompts" / "say.j2").write_text("edited {{ x }}")
-    edited = holder.load()
-    assert holder.snapshot()[1].dirty is True
-    _git(tmp_path, "commit", "-q", "-am", "edit")
-    _, after_commit = holder.snapshot()  # same content, new commit: noticed without a reload
-    assert after_commit.hash == edited.version
-    assert after_commit.dirty is False and after_commit.commit != head
 
 
 def test_records_never_hold_secrets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
