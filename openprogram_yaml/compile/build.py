@@ -95,21 +95,29 @@ class ReadSet:
         return None
 
     def merged(self, others: Iterable[ReadSet]) -> ReadSet:
-        """This read-set and ``others`` as one (what a whole program read)."""
-        files = dict.fromkeys(self.files)
-        lookups = dict.fromkeys(self.lookups)
+        """This read-set and ``others`` as one (what a whole program read).
+
+        A file read by several agents is one entry: all saw the same contents (each
+        read-set was checked), perhaps under different stamps; the latest stamp is kept,
+        so that later checks settle it by its stamp.
+        """
+        files = {read[0]: read for read in self.files}
+        lookups = dict(self.lookups)
         globs = dict.fromkeys(self.globs)
-        env = dict.fromkeys(self.env)
+        env = dict(self.env)
         for other in others:
-            files.update(dict.fromkeys(other.files))
-            lookups.update(dict.fromkeys(other.lookups))
+            for read in other.files:
+                known = files.get(read[0])
+                if known is None or read[1] > known[1]:
+                    files[read[0]] = read
+            lookups.update(other.lookups)
             globs.update(dict.fromkeys(other.globs))
-            env.update(dict.fromkeys(other.env))
+            env.update(other.env)
         return ReadSet(
-            tuple(sorted(files)),
-            tuple(sorted(lookups)),
+            tuple(sorted(files.values())),
+            tuple(sorted(lookups.items())),
             tuple(globs),
-            tuple(sorted(env)),
+            tuple(sorted(env.items())),
             self.libraries,
         )
 

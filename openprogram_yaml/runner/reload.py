@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from ..compile.build import Build
 from ..compile.program import Program
 from ..compile.project import compile_path
 from ..errors import ConfigError, Diagnostic
@@ -97,14 +98,18 @@ class ProgramHolder:
         self,
         path: Path,
         *,
-        compile: Callable[[Path], Program] = compile_path,
+        compile: Callable[[Path], Program] | None = None,
         stamper: GitStamper | None = None,
         debounce_ms: int = DEBOUNCE_MS,
         step_ms: int = STEP_MS,
         ignore: Iterable[Path] = (),
     ) -> None:
         self.path = path.resolve()
-        self._compile = compile
+        #: What successive compiles share: an agent whose reads still hold is not compiled
+        #: again, so a save recompiles what it touched, not the repository.
+        self.build = Build()
+        self._compile_lock = threading.Lock()  # one compile at a time uses the build
+        self._compile = compile or self._compile_with_build
         self.stamper = stamper or GitStamper()
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
@@ -133,6 +138,10 @@ class ProgramHolder:
             raise ConfigError(list(self.failure or ())) from exc
         self._swap(program)
         return program
+
+    def _compile_with_build(self, path: Path) -> Program:
+        with self._compile_lock:
+            return compile_path(path, build=self.build)
 
     def _crash(self, exc: BaseException) -> tuple[Diagnostic, ...]:
         """A compile that raised something other than ``ConfigError``, as a diagnostic."""
