@@ -20,8 +20,8 @@ from .build import ReadSet
 if TYPE_CHECKING:
     from ..runtime import ToolsetPreset
     from ..runtimes.select import ProviderConfig
+    from .prompt_tests import CompiledTest
     from .templates import CompiledTemplate
-    from .tests import CompiledTest
 
 __all__ = [
     "Agent",

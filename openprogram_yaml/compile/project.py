@@ -45,7 +45,7 @@ from .paths import (
 from .program import Agent, Program, RuntimeRule
 
 if TYPE_CHECKING:
-    from .tests import CompiledTest
+    from .prompt_tests import CompiledTest
 
 __all__ = ["compile_agent_files", "compile_path", "load_project"]
 
@@ -318,7 +318,7 @@ def _compile_agents(
     for name, doc in docs.items():
         env_names |= doc.env_names
         if doc.spec.tests:
-            from .tests import compile_tests  # most agent files keep no tests
+            from .prompt_tests import compile_tests  # most agent files keep no tests
 
             tests += compile_tests(
                 doc.spec.tests, agents[name], doc.source, ("tests",), doc.path, ctx, col
@@ -393,7 +393,7 @@ def _compile_test_file(
             f"no agent '{spec.agent}' in this project{did_you_mean(spec.agent, sorted(agents))}",
         )
         return []
-    from .tests import compile_doubles, compile_tests
+    from .prompt_tests import compile_doubles, compile_tests
 
     doubles = compile_doubles(spec.tools, agent, source, ("tools",), col)
     return compile_tests(

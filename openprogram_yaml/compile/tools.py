@@ -100,7 +100,9 @@ def _build_one(
     tool: AgentToolSpec,
     ctx: ProjectContext,
 ) -> Any:
-    from ..tools import CommandTool, HttpTool, PythonTool
+    from ..tools.command import CommandTool
+    from ..tools.http import HttpTool
+    from ..tools.python import PythonTool
 
     loc: Loc = ("tools", name)
     before = len(col.diagnostics)

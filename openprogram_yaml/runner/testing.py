@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
 from ..compile.program import Program
-from ..compile.tests import MISSING, CompiledTest, value_at
+from ..compile.prompt_tests import MISSING, CompiledTest, value_at
 from ..run.execute import execute_run
 from ..run.record import RunRecord
 from ..run.version import VersionStamp

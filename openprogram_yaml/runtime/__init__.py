@@ -1,4 +1,11 @@
-"""The runtime layer: ``Runtime.exec`` and what it applies around every model turn.
+"""The ``Runtime`` class: ``exec`` / ``async_exec`` and what it applies around every turn.
+
+Not to be confused with ``runtimes/`` (plural), the protocol every model runtime implements
+and the registry that finds them. Here, around whichever runtime answers: the exec loop
+(``runtime``, ``engine``), retries and the recovery budget (``retry``), structured output and
+its repair (``structured``, ``validation``), the tool loop and tool policy (``toolloop``,
+``toolsets``, ``toolgate``), ``choices``, how a turn ends (``turn_end``) and the session
+trace (``trace``).
 
 Names load on first use, as in the top-level package: importing one module of this
 package (``runtime.validation``, say, while compiling) does not import them all, and a run
@@ -21,12 +28,12 @@ if TYPE_CHECKING:
         normalize_response_format,
         parse_json_strict,
     )
-    from openprogram_yaml.runtime.terminal import UNSET
     from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, ToolsetPreset
     from openprogram_yaml.runtime.trace import SessionTrace, TraceNode
+    from openprogram_yaml.runtime.turn_end import UNSET
 
 _EXPORTS: dict[str, str] = {
-    "UNSET": "terminal",
+    "UNSET": "turn_end",
     "CallableRuntime": "callable",
     "Choice": "choices",
     "ChoiceSet": "choices",

@@ -14,15 +14,14 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.errors import DecisionError
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.schemas import validator_for
-from openprogram_yaml.runtime.terminal import UNSET, Done, Redo, Unset
 from openprogram_yaml.runtime.toolloop import call_maybe_async
+from openprogram_yaml.runtime.turn_end import UNSET, Done, Redo, Unset
 from openprogram_yaml.runtimes.protocol import Capabilities, Message, RuntimeResult, ToolSpec
 
 __all__ = ["Choice", "ChoiceSet", "ChoiceTerminal", "find_last_pick", "normalize_choices"]
@@ -40,7 +39,7 @@ _PY_TYPES = {
 }
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Choice:
     """One option. ``schema`` is the fields of a schema option or the arguments of a method."""
 
@@ -62,7 +61,7 @@ class Choice:
         return self.schema if self.schema is not None else _EMPTY_OBJECT
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ChoiceSet:
     """The options of one ``choices`` and how many re-picks an invalid pick gets."""
 

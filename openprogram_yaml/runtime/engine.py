@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 from openprogram_yaml.errors import ErrorReason, LLMError
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.retry import RecoveryBudget, RetryInfo, backoff_delay
-from openprogram_yaml.runtime.terminal import Done, Terminal, Unset
 from openprogram_yaml.runtime.toolgate import RECORDED_TOOL_RESULTS
 from openprogram_yaml.runtime.toolloop import ToolRunner
 from openprogram_yaml.runtime.toolsets import Tool
 from openprogram_yaml.runtime.trace import TraceNode
+from openprogram_yaml.runtime.turn_end import Done, Terminal, Unset
 from openprogram_yaml.runtimes.failures import (
     classify_error_text,
     classify_exception,

@@ -35,7 +35,6 @@ from openprogram_yaml.runtime.structured import (
     select_mode,
 )
 from openprogram_yaml.runtime.syncface import LoopRunner
-from openprogram_yaml.runtime.terminal import TEXT_TERMINAL, UNSET, Terminal, Unset
 from openprogram_yaml.runtime.toolgate import ToolGate
 from openprogram_yaml.runtime.toolloop import ToolRunner
 from openprogram_yaml.runtime.toolsets import (
@@ -46,6 +45,7 @@ from openprogram_yaml.runtime.toolsets import (
     offer_tools,
 )
 from openprogram_yaml.runtime.trace import SessionTrace
+from openprogram_yaml.runtime.turn_end import TEXT_TERMINAL, UNSET, Terminal, Unset
 from openprogram_yaml.runtimes.protocol import (
     AgentRuntimeProtocol,
     Usage,

@@ -15,10 +15,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.errors import (
     StructuredOutputError,
     StructuredOutputGenerationError,
@@ -28,7 +27,7 @@ from openprogram_yaml.errors import (
 )
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.schemas import validator_for
-from openprogram_yaml.runtime.terminal import UNSET, Done, Redo
+from openprogram_yaml.runtime.turn_end import UNSET, Done, Redo
 from openprogram_yaml.runtime.validation import SchemaValidator
 from openprogram_yaml.runtimes.protocol import Capabilities, Message, RuntimeResult, ToolSpec
 
@@ -51,7 +50,7 @@ _FALLBACKS = ("auto", "none", "prompt")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ResponseFormat:
     """A normalised structured-output request. Build with ``normalize_response_format``."""
 

@@ -14,7 +14,8 @@ import pytest
 
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.providers.test import Reply
-from openprogram_yaml.tools import CommandTool, ToolBuildError
+from openprogram_yaml.tools.base import ToolBuildError
+from openprogram_yaml.tools.command import CommandTool
 
 QUERY_PARAMS = {
     "type": "object",

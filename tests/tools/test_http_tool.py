@@ -15,7 +15,8 @@ from loopback import LoopbackServer, Reply, Request, json_reply, status_reply
 from openprogram_yaml.compile.url_templates import UrlTemplate
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.providers.test import Reply as ModelReply
-from openprogram_yaml.tools import HttpTool, ToolBuildError
+from openprogram_yaml.tools.base import ToolBuildError
+from openprogram_yaml.tools.http import HttpTool
 
 SECRET = "sk-live-0123456789abcdef"
 ORDER_PARAMS = {

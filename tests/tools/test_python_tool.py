@@ -16,7 +16,8 @@ import pytest
 
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.providers.test import Reply
-from openprogram_yaml.tools import PythonTool, ToolBuildError, load_python_tool
+from openprogram_yaml.tools.base import ToolBuildError
+from openprogram_yaml.tools.python import PythonTool, load_python_tool
 
 TOOLS_SOURCE = '''
 import asyncio

@@ -7,10 +7,9 @@ tool loop carries on. Structured output and ``choices`` are terminals; so is pla
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.runtimes.protocol import Message, RuntimeResult, ToolSpec
 
 __all__ = ["UNSET", "Done", "Redo", "Terminal", "TextTerminal", "Unset"]
@@ -36,14 +35,14 @@ class Unset:
 UNSET = Unset()
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class Done:
     """The turn ended well; ``value`` is what the terminal extracted."""
 
     value: Any
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class Redo:
     """Ask again: append ``messages`` and run another turn, if the allowance permits.
 

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..runtime.toolgate import ToolDouble
 from ..runtime.validation import SchemaValidator
@@ -79,7 +77,7 @@ def value_at(value: Any, path: JsonPath) -> Any:
 MISSING = _MISSING
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ExpectedCall:
     """A ``tools_called`` entry: a tool, and arguments its call must have had (None: any)."""
 
@@ -87,7 +85,7 @@ class ExpectedCall:
     arguments: Mapping[str, Any] | None = None
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Expectations:
     """An ``expect:`` block, ready to check."""
 
@@ -105,7 +103,7 @@ class Expectations:
     error: str | None = None
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CompiledTest:
     """One test case, checked and ready to run."""
 
