@@ -497,11 +497,11 @@ def _selector_wrapper(
 ) -> Any:
     """What ``--record`` / ``--replay`` put between a run and its runtimes, if anything."""
     if replay_dir is not None:
-        from ..providers.replay import ReplaySelector
+        from ..recording.replay import ReplaySelector
 
         return lambda _inner: ReplaySelector(replay_dir)
     if record_dir is not None:
-        from ..providers.replay import RecordingSelector
+        from ..recording.record import RecordingSelector
 
         return lambda inner: RecordingSelector(inner, record_dir, secrets=secrets)
     return None

@@ -23,10 +23,8 @@ import inspect
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from .protocol import AgentRuntimeProtocol, RuntimeRegistryEntry
 
@@ -56,11 +54,11 @@ _BUILTINS = {
     "test": "openprogram_yaml.providers.test:TestRuntime",
     "openai": "openprogram_yaml.providers.openai:OpenAIRuntime",
     "anthropic": "openprogram_yaml.providers.anthropic:AnthropicRuntime",
-    "replay": "openprogram_yaml.providers.replay:ReplayRuntime",
+    "replay": "openprogram_yaml.recording.replay:ReplayRuntime",
 }
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class _Registration:
     """One registered runtime: its public entry and what makes it."""
 
@@ -352,7 +350,7 @@ class RuntimeRegistry:
         distribution: str | None
         version: str | None
         if builtin:
-            from .. import __version__
+            from .._version import __version__
 
             distribution, version = _OWN_DISTRIBUTION, __version__
         else:

@@ -1,7 +1,7 @@
 """Runtimes built on other runtimes: streaming from ``run_turn``, and a runtime placed in
 front of another one.
 
-The recording wrapper (``providers.replay``) and the capture that ``render`` uses both stand
+The recording wrapper (``recording.record``) and the capture that ``render`` uses both stand
 in front of a real runtime; what they share (which provider, which models, which
 capabilities, streaming) is ``WrappedRuntime``'s.
 """

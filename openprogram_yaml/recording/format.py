@@ -1,7 +1,12 @@
-"""Recorded turns: the canonical request, redaction, and the files on disk.
+"""The recording format: the canonical request and its key, redaction, the files on disk.
 
-The private half of ``replay``: what a turn asks of the model as plain data and its key,
-the redaction every written string passes through, and reading a folder of recordings.
+What a turn asks of the model, as plain data: system prompt, messages, tools, tool choice,
+response format and sampling options. Nothing secret or volatile (key, headers, session id,
+time budget, stream callback) and not the model ref, so that a replay answers for any model.
+Every string written passes through redaction of known secrets and of common key shapes,
+so a key that leaked into a prompt or reply never lands in a file. A recording lives at
+``DIR/<label>/<key>.yaml``: the label is the method whose turn it is, the key a short hash
+of the canonical request.
 """
 
 from __future__ import annotations
@@ -10,11 +15,9 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError
 from ..redaction import REDACTED, redact, secrets_in_options
@@ -60,7 +63,7 @@ REQUEST_OPTIONS = (
     "web_search",
 )
 
-#: The folder of turns made outside any method (``current_label`` unset).
+#: The folder of turns made outside any method (``runtime.context.current_method`` unset).
 UNLABELLED = "unlabelled"
 #: 64 bits of sha256: collisions are out of reach for any folder of recordings.
 _KEY_CHARS = 16
@@ -260,7 +263,7 @@ def capabilities_record(caps: Capabilities) -> dict[str, bool]:
     }
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Recording:
     """One recorded turn as read from ``path``."""
 

@@ -22,14 +22,10 @@ from loopback import (
 )
 
 from openprogram_yaml.errors import LLMError
-from openprogram_yaml.providers.replay import (
-    RecordingSelector,
-    ReplayRuntime,
-    ReplaySelector,
-    canonical_request,
-    current_label,
-    request_key,
-)
+from openprogram_yaml.recording.format import canonical_request, request_key
+from openprogram_yaml.recording.record import RecordingSelector
+from openprogram_yaml.recording.replay import ReplayRuntime, ReplaySelector
+from openprogram_yaml.runtime.context import current_method
 from openprogram_yaml.runtime.runtime import Runtime
 from openprogram_yaml.runtimes.protocol import Message, ToolSpec
 from openprogram_yaml.runtimes.registry import RuntimeRegistry
@@ -89,11 +85,11 @@ LOOKUP = {
 @contextmanager
 def labelled(label: str) -> Iterator[None]:
     """What ``Method.run`` does around its turns."""
-    token = current_label.set(label)
+    token = current_method.set(label)
     try:
         yield
     finally:
-        current_label.reset(token)
+        current_method.reset(token)
 
 
 def live_selector(server: LoopbackServer, **options: Any) -> RuntimeSelector:

@@ -1,0 +1,183 @@
+"""Recording: a selector wrapper whose runtimes also write each successful turn to disk.
+
+``RecordingSelector`` wraps the selector a ``Runtime`` asks for runtimes: every successful
+turn is also written to ``DIR/<label>/<key>.yaml`` (see ``recording.format``), where the
+label is the method whose turn it is ("agent.method") and the key a short hash of the
+turn's canonical request. Secrets are redacted as the format says: the ones given, the
+selected runtime's key, header values and key variable, secret-looking environment
+variables, and common key shapes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._file_writes import write_atomically
+from ..errors import ErrorReason
+from ..redaction import env_secrets, secrets_in_options
+from ..runtime.context import current_method
+from ..runtimes.protocol import Capabilities, Message, RuntimeResult, TurnFailure
+from ..runtimes.wrapping import WrappedRuntime
+from .format import (
+    FILE_HEADER,
+    Redactor,
+    canonical_request,
+    capabilities_record,
+    label_dir,
+    request_key,
+    response_record,
+    selection_secrets,
+)
+
+__all__ = ["RecordingRuntime", "RecordingSelector"]
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class RecordingRuntime(WrappedRuntime):
+    """Forwards every call to ``inner``; successful turns are also written to disk."""
+
+    def __init__(self, inner: Any, owner: RecordingSelector, secrets: Iterable[str] = ()) -> None:
+        super().__init__(inner)
+        self._owner = owner
+        self._secrets = frozenset(secrets)
+
+    def __repr__(self) -> str:
+        return f"RecordingRuntime({self.inner!r}, directory={str(self._owner.directory)!r})"
+
+    async def run_turn(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        system_prompt: str | None = None,
+        model_ref: str | None = None,
+        **kwargs: Any,
+    ) -> RuntimeResult:
+        """The inner runtime's turn, recorded when it succeeded. Never raises."""
+        label = current_method.get()
+        result: RuntimeResult = await self.inner.run_turn(
+            prompt, system_prompt=system_prompt, model_ref=model_ref, **kwargs
+        )
+        if result.failure is not None or result.error:
+            return result  # a failure is not an answer worth replaying
+        try:
+            self._owner.write(
+                label,
+                canonical_request(prompt, system_prompt=system_prompt, options=kwargs),
+                result,
+                model_ref=model_ref,
+                runtime_id=self.runtime_id,
+                capabilities=self.capabilities(model_ref),
+                secrets=self._secrets | secrets_in_options(kwargs),
+            )
+        except (OSError, TypeError, ValueError) as exc:
+            # Recording was asked for: a run that silently loses its recordings is worse
+            # than one that stops, and retrying would not help.
+            message = f"recording: cannot write a recording to {self._owner.directory}: {exc}"
+            failure = TurnFailure(ErrorReason.UNKNOWN.value, message, False)
+            return RuntimeResult(error=message, failure=failure, metadata=result.metadata)
+        return result
+
+    async def aclose(self) -> None:
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
+
+
+class RecordingSelector:
+    """A selector whose runtimes record each successful turn under ``directory``.
+
+    ``secrets`` are values never to write (keys, tokens); the selected runtime's key,
+    header values and key variable, secret-looking environment variables and common key
+    shapes are redacted as well. Other attributes (``explain``, ``rules`` …) are the inner
+    selector's. ``written`` lists the files written, in order.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        directory: str | os.PathLike[str],
+        *,
+        secrets: Iterable[str] = (),
+        clock: Callable[[], datetime.datetime] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.directory = Path(directory)
+        self.secrets = frozenset(s for s in secrets if s)
+        self.written: list[Path] = []
+        self._clock = clock or _utc_now
+        self._lock = threading.Lock()
+        self._wrappers: dict[tuple[int, frozenset[str]], RecordingRuntime] = {}
+
+    def __repr__(self) -> str:
+        return f"RecordingSelector({self.inner!r}, directory={str(self.directory)!r})"
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes this class lacks: the wrapper stands in for the inner
+        # selector everywhere (explain, check, rules …).
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def select(self, model_ref: str) -> RecordingRuntime:
+        runtime = self.inner.select(model_ref)
+        secrets = frozenset(selection_secrets(self.inner, model_ref))
+        key = (id(runtime), secrets)
+        with self._lock:
+            wrapper = self._wrappers.get(key)
+            if wrapper is None:
+                # The wrapper holds the runtime, so its id cannot be reused while cached.
+                wrapper = self._wrappers[key] = RecordingRuntime(runtime, self, secrets)
+        return wrapper
+
+    def write(
+        self,
+        label: str | None,
+        request: dict[str, Any],
+        result: RuntimeResult,
+        *,
+        model_ref: str | None,
+        runtime_id: str,
+        capabilities: Capabilities,
+        secrets: Iterable[str] = (),
+    ) -> Path:
+        """Write one recorded turn; returns its path."""
+        from ..spec.yamlwrite import dump_yaml
+
+        redactor = Redactor({*self.secrets, *secrets, *env_secrets()})
+        request = redactor.data(request)
+        key = request_key(request)
+        record = {
+            "request": request,
+            "response": redactor.data(response_record(result)),
+            "recorded": redactor.data(
+                {
+                    "label": label,
+                    "model_ref": model_ref,
+                    "at": self._clock().astimezone(datetime.UTC).isoformat(timespec="seconds"),
+                    "runtime": runtime_id,
+                    "capabilities": capabilities_record(capabilities),
+                }
+            ),
+        }
+        path = self.directory / label_dir(label) / f"{key}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, FILE_HEADER + dump_yaml(record))
+        with self._lock:
+            self.written.append(path)
+        return path
+
+    async def aclose(self) -> None:
+        """Close the inner selector (and so the runtimes it created)."""
+        with self._lock:
+            self._wrappers.clear()
+        close = getattr(self.inner, "aclose", None)
+        if close is not None:
+            await close()
