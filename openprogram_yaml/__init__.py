@@ -7,6 +7,7 @@ openprogram_yaml`` (and the command line's start-up) stays fast.
 from __future__ import annotations
 
 from ._lazy import lazy_exports
+from ._version import __version__ as __version__
 
 # Not from `typing`: importing it costs start-up time; mypy reads TYPE_CHECKING by name.
 TYPE_CHECKING = False
@@ -54,8 +55,6 @@ if TYPE_CHECKING:
         unregister_runtime,
     )
     from .runtimes.select import ProviderConfig, RuntimeRule, RuntimeSelector
-
-__version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     # compile

@@ -45,8 +45,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .. import __version__
 from .._file_writes import write_atomically
+from .._version import __version__
 from .build import RACY_NS, ReadSet
 from .paths import find_project_root
 from .program import Program
