@@ -1,18 +1,33 @@
-"""The shared HTTP layer: redaction, local servers, SSE, clients per loop."""
+"""The shared HTTP layer: the turn template, redaction, local servers, SSE, clients per loop."""
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
 import httpx
 import pytest
+from loopback import LoopbackServer, json_reply, sse_reply
 
-from openprogram_yaml.providers._http import SSEEvent, is_local_url, iter_sse
+from openprogram_yaml.providers import _shape as shape
+from openprogram_yaml.providers._http import (
+    HTTPRuntime,
+    SSEEvent,
+    StreamAssembler,
+    is_local_url,
+    iter_sse,
+)
 from openprogram_yaml.providers.http_client import ClientPool
 from openprogram_yaml.redaction import redact
+from openprogram_yaml.runtimes.protocol import (
+    DeltaCallback,
+    Message,
+    RuntimeDelta,
+    RuntimeResult,
+    TurnFailure,
+)
 
 
 def test_redact_replaces_every_secret() -> None:
@@ -97,12 +112,84 @@ def test_client_pool_keeps_one_client_per_event_loop() -> None:
     assert pool.closed
 
 
-def test_importing_the_package_does_not_import_httpx() -> None:
-    code = (
-        "import sys, openprogram_yaml, openprogram_yaml.runtimes.registry, "
-        "openprogram_yaml.runtimes.select, openprogram_yaml.providers.openai, "
-        "openprogram_yaml.providers.anthropic; "
-        "assert 'httpx' not in sys.modules, 'httpx imported'; "
-        "assert 'importlib.metadata' not in sys.modules or True"
+class _EchoAssembler(StreamAssembler):
+    def __init__(self, provider: str, on_delta: DeltaCallback) -> None:
+        self.provider, self.on_delta, self.text = provider, on_delta, ""
+
+    def feed(self, event: SSEEvent) -> None:
+        data = self.decode(event)
+        if data is not None:
+            self.text += shape.str_at(data, "delta")
+            self.on_delta(RuntimeDelta("text", shape.str_at(data, "delta")))
+            self.done = bool(data.get("end"))
+
+    def result(self) -> RuntimeResult:
+        return RuntimeResult(content=self.text)
+
+
+class EchoRuntime(HTTPRuntime):
+    """The module docstring's sketch: a provider that writes its wire format only."""
+
+    runtime_id, path = "echo", "/v1/generate"
+    default_base_url, default_key_env = "https://api.echo.example", "ECHO_API_KEY"
+
+    def auth_headers(self, key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"} if key else {}
+
+    def build_body(
+        self,
+        model: str,
+        prompt: str | Sequence[Message],
+        system_prompt: str | None,
+        options: Mapping[str, Any],
+        stream: bool,
+    ) -> dict[str, Any]:
+        return {"model": model, "input": prompt, "stream": stream}
+
+    def parse_reply(self, data: Mapping[str, Any]) -> RuntimeResult | TurnFailure:
+        return RuntimeResult(content=shape.str_at(data, "output"))
+
+    def stream_assembler(self, on_delta: DeltaCallback) -> StreamAssembler:
+        return _EchoAssembler(self.provider, on_delta)
+
+
+def test_a_provider_that_writes_only_its_wire_format_gets_the_whole_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ECHO_API_KEY", raising=False)
+    no_key = asyncio.run(EchoRuntime().run_turn("hi", model_ref="echo:e1"))
+    assert no_key.failure is not None and "no API key: set ECHO_API_KEY" in no_key.error
+
+    deltas: list[RuntimeDelta] = []
+    events = [{"delta": "po"}, {"delta": "ng", "end": True}]
+    with LoopbackServer() as server:
+        server.add(
+            json_reply({"output": "pong"}),
+            sse_reply(f"data: {json.dumps(e)}\n\n" for e in events),
+            json_reply({"error": {"message": "no such model sk-echo-secret"}}, status=404),
+        )
+        runtime = EchoRuntime(base_url=server.url, api_key="sk-echo-secret")
+
+        async def turns() -> list[RuntimeResult]:
+            try:
+                return [
+                    await runtime.run_turn("ping", model_ref="echo:e1"),
+                    await runtime.run_turn("ping", model_ref="echo:e1", on_delta=deltas.append),
+                    await runtime.run_turn("ping", model_ref="echo:nope"),
+                ]
+            finally:
+                await runtime.aclose()
+
+        whole, streamed, missing = asyncio.run(turns())
+        sent = server.requests[0]
+    assert (sent.path, sent.json) == (
+        "/v1/generate",
+        {"model": "e1", "input": "ping", "stream": False},
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    assert sent.headers["authorization"] == "Bearer sk-echo-secret"
+    assert whole.content == "pong"
+    assert whole.metadata == {"runtime": "echo", "provider": "echo", "model": "e1"}
+    assert (streamed.content, [d.content for d in deltas]) == ("pong", ["po", "ng"])
+    assert missing.failure is not None
+    assert (missing.failure.reason, missing.failure.retryable) == ("invalid_request", False)
+    assert "sk-echo-secret" not in missing.failure.message
