@@ -20,7 +20,8 @@ from _common import chat_server, median, report
 
 from openprogram_yaml.providers.openai import OpenAIRuntime
 from openprogram_yaml.runtime.runtime import Runtime
-from openprogram_yaml.runtimes.select import RuntimeRule, RuntimeSelector
+from openprogram_yaml.runtimes.rules import RuntimeRule
+from openprogram_yaml.runtimes.select import RuntimeSelector
 
 BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]})
 HEADERS = {"content-type": "application/json"}

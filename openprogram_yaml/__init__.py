@@ -54,7 +54,8 @@ if TYPE_CHECKING:
         resolve_runtime,
         unregister_runtime,
     )
-    from .runtimes.select import ProviderConfig, RuntimeRule, RuntimeSelector
+    from .runtimes.rules import ProviderConfig, RuntimeRule
+    from .runtimes.select import RuntimeSelector
 
 _EXPORTS: dict[str, str] = {
     # compile
@@ -103,8 +104,8 @@ _EXPORTS: dict[str, str] = {
     "register_runtime": "runtimes.registry",
     "resolve_runtime": "runtimes.registry",
     "unregister_runtime": "runtimes.registry",
-    "ProviderConfig": "runtimes.select",
-    "RuntimeRule": "runtimes.select",
+    "ProviderConfig": "runtimes.rules",
+    "RuntimeRule": "runtimes.rules",
     "RuntimeSelector": "runtimes.select",
     # public test doubles
     "FakeClock": "providers.test",

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..errors import Diagnostic
 from ..runtime.validation import SchemaValidator
+from ..runtimes.rules import RuntimeRule
 from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument, PartialDocument
 from ..spec.models import AgentSpec, ExecOptionsSpec, MethodSpec, built
@@ -29,7 +30,6 @@ from .program import (
     ExecOptions,
     Method,
     RetryPolicy,
-    RuntimeRule,
     prompt_version,
 )
 from .schemas import envelope_problems, split_envelope

@@ -14,9 +14,8 @@ from ..spec.positions import TextOrigin
 from ..spec.yamlread import Loc, SourceMap
 
 if TYPE_CHECKING:
-    from ..runtimes.select import ProviderConfig
+    from ..runtimes.rules import ProviderConfig, RuntimeRule
     from ..spec.models import ToolsetSpec
-    from .program import RuntimeRule
     from .templates import CompiledTemplate, TemplateEngine
 
 __all__ = ["Collector", "ProjectContext"]
@@ -114,6 +113,6 @@ class ProjectContext:
     #: The environment variables the project file read, with their values.
     env: tuple[tuple[str, str | None], ...] = ()
     #: The project's file patterns (``agents:`` and ``tests:``), each with what it matched.
-    globs: tuple[tuple[str, tuple[Path, ...]], ...] = ()
+    globs: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: Installed packages ``python`` tools may name, besides the project's own modules.
     python_packages: tuple[str, ...] = ()

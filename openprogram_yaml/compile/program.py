@@ -19,7 +19,7 @@ from .build import ReadSet
 
 if TYPE_CHECKING:
     from ..runtime import ToolsetPreset
-    from ..runtimes.select import ProviderConfig
+    from ..runtimes.rules import ProviderConfig, RuntimeRule
     from .prompt_tests import CompiledTest
     from .templates import CompiledTemplate
 
@@ -30,7 +30,6 @@ __all__ = [
     "Method",
     "Program",
     "RetryPolicy",
-    "RuntimeRule",
 ]
 
 
@@ -67,23 +66,6 @@ class RetryPolicy:
     max_retries: int | None = None
     backoff_base_s: float | None = None
     max_validation_retries: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeRule:
-    """Models matching ``match`` (a glob) are served by ``runtime`` with ``options``."""
-
-    match: str
-    runtime: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def __repr__(self) -> str:
-        from ..runtimes.select import redact_options
-
-        return (
-            f"RuntimeRule(match={self.match!r}, runtime={self.runtime!r}, "
-            f"options={redact_options(self.options)!r})"
-        )
 
 
 def _repr_hiding(obj: Any, secrets: Iterable[str]) -> str:

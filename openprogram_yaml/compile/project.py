@@ -9,6 +9,7 @@ other agents its tools call are all there.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import time
 from collections.abc import Iterable, Mapping
@@ -28,6 +29,7 @@ from .build import (
     KeptAgent,
     ReadSet,
     env_digest,
+    file_digest,
     file_reads,
     library_stamps,
 )
@@ -37,12 +39,12 @@ from .paths import (
     display_path,
     entry_kind,
     find_project_root,
-    glob_files,
+    glob_file_names,
     glob_problem,
     project_root_lookups,
     resolve_inside,
 )
-from .program import Agent, Program, RuntimeRule
+from .program import Agent, Program
 
 if TYPE_CHECKING:
     from .prompt_tests import CompiledTest
@@ -54,7 +56,7 @@ def load_project(
     root: Path, col: Collector, environ: Mapping[str, str] | None = None
 ) -> tuple[ProjectContext, list[Path]]:
     """The project settings in ``root/openprogram.yaml`` and the agent files it names."""
-    from ..runtimes.select import ProviderConfig
+    from ..runtimes.rules import ProviderConfig, RuntimeRule
 
     path = root / PROJECT_FILE
     col.files.add(path)
@@ -78,7 +80,7 @@ def load_project(
                 found.append(target)
         return tuple(found)
 
-    globs: list[tuple[str, tuple[Path, ...]]] = []
+    globs: list[tuple[str, tuple[str, ...]]] = []
 
     def matching(key: str, patterns: list[str]) -> dict[Path, None]:
         found: dict[Path, None] = {}  # ordered, and a set: globs may overlap
@@ -87,13 +89,14 @@ def load_project(
             if problem is not None:
                 col.at(source, (key, i), problem)
                 continue
-            matched = glob_files(root, pattern)
+            matched = glob_file_names(root, pattern)
             globs.append((pattern, tuple(matched)))
             if not matched:
                 col.at(source, (key, i), f"'{pattern}' matches no file under {root}")
+            inside = str(root).rstrip(os.sep) + os.sep
             for m in matched:
-                if m.is_relative_to(root):
-                    found[m] = None
+                if m.startswith(inside):
+                    found[Path(m)] = None
                 else:  # through a symlink
                     col.at(source, (key, i), f"'{pattern}' matches {m}, outside the project")
         return found
@@ -218,13 +221,12 @@ def _fresh_agent(kept: KeptAgent) -> Agent:
     return dataclasses.replace(kept.agent, method_tools=PendingMethodTools(refs))
 
 
-def _context_key(ctx: ProjectContext) -> tuple[object, ...]:
+def _context_key(ctx: ProjectContext) -> str:
     """What the project gives its agents: the project file's contents say it all, with the
-    environment it read and the folders it named."""
-    from .build import file_digest
-
-    project_file = ctx.root / PROJECT_FILE
-    return (ctx.root, ctx.template_dirs, ctx.schema_dirs, file_digest(str(project_file)), ctx.env)
+    environment it read and the folders it named. A digest: every agent compares it."""
+    project = file_digest(str(ctx.root / PROJECT_FILE))
+    parts = (ctx.root, ctx.template_dirs, ctx.schema_dirs, project, ctx.env)
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
 def _env_reads(names: Iterable[str], env: Mapping[str, str]) -> tuple[tuple[str, str | None], ...]:
@@ -355,9 +357,7 @@ def _program_reads(
     project = ReadSet(
         files=tuple(sorted(files)),
         lookups=tuple(sorted(col.lookups.items())),
-        globs=tuple(
-            (str(ctx.root), pattern, tuple(map(str, matched))) for pattern, matched in ctx.globs
-        ),
+        globs=tuple((str(ctx.root), pattern, matched) for pattern, matched in ctx.globs),
         env=_env_reads(env_names, env),
         libraries=library_stamps(),
     )

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..runtime import Runtime
-from ..runtimes.select import RuntimeRule, RuntimeSelector
+from ..runtimes.select import RuntimeSelector
 from .method import method_tool
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ __all__ = ["open_runtime", "selector_for"]
 def selector_for(agent: Agent) -> RuntimeSelector:
     """The runtime selector the agent's ``runtimes:`` rules and providers describe."""
     return RuntimeSelector(
-        rules=[RuntimeRule(r.match, r.runtime, dict(r.options)) for r in agent.runtime_rules],
+        rules=agent.runtime_rules,
         providers=agent.providers,
     )
 

@@ -500,7 +500,8 @@ def test_429_with_retry_after_then_streamed_success_through_runtime_exec(
     server: LoopbackServer,
 ) -> None:
     from openprogram_yaml.runtime.runtime import Runtime
-    from openprogram_yaml.runtimes.select import ProviderConfig, RuntimeSelector
+    from openprogram_yaml.runtimes.rules import ProviderConfig
+    from openprogram_yaml.runtimes.select import RuntimeSelector
 
     server.add(
         status_reply(
@@ -587,7 +588,8 @@ def test_thinking_blocks_go_back_with_tool_results_through_runtime_exec(
     """With extended thinking and tools, the signed thinking block of the turn that called a
     tool must be sent back, first and unchanged, with the tool result."""
     from openprogram_yaml.runtime.runtime import Runtime
-    from openprogram_yaml.runtimes.select import ProviderConfig, RuntimeSelector
+    from openprogram_yaml.runtimes.rules import ProviderConfig
+    from openprogram_yaml.runtimes.select import RuntimeSelector
 
     thinking = {"type": "thinking", "thinking": "Need the weather.", "signature": "sig-abc123"}
     server.add(

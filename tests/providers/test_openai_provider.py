@@ -366,7 +366,8 @@ def test_stream_turn_ends_with_an_error_delta_instead_of_raising(server: Loopbac
 
 def test_429_with_retry_after_then_success_through_runtime_exec(server: LoopbackServer) -> None:
     from openprogram_yaml.runtime.runtime import Runtime
-    from openprogram_yaml.runtimes.select import ProviderConfig, RuntimeSelector
+    from openprogram_yaml.runtimes.rules import ProviderConfig
+    from openprogram_yaml.runtimes.select import RuntimeSelector
 
     server.add(
         status_reply(

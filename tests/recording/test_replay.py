@@ -29,7 +29,8 @@ from openprogram_yaml.runtime.context import current_method
 from openprogram_yaml.runtime.runtime import Runtime
 from openprogram_yaml.runtimes.protocol import Message, ToolSpec
 from openprogram_yaml.runtimes.registry import RuntimeRegistry
-from openprogram_yaml.runtimes.select import RuntimeRule, RuntimeSelector
+from openprogram_yaml.runtimes.rules import RuntimeRule
+from openprogram_yaml.runtimes.select import RuntimeSelector
 from openprogram_yaml.spec.yamlwrite import dump_yaml
 
 KEY = "sk-secret-123456"

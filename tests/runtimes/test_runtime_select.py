@@ -14,12 +14,8 @@ from openprogram_yaml.providers.anthropic import AnthropicRuntime
 from openprogram_yaml.providers.openai import OpenAIRuntime
 from openprogram_yaml.runtimes.protocol import RuntimeDelta, RuntimeResult
 from openprogram_yaml.runtimes.registry import RuntimeRegistry
-from openprogram_yaml.runtimes.select import (
-    ProviderConfig,
-    RuntimeRule,
-    RuntimeSelector,
-    split_model_ref,
-)
+from openprogram_yaml.runtimes.rules import ProviderConfig, RuntimeRule, split_model_ref
+from openprogram_yaml.runtimes.select import RuntimeSelector
 
 
 class FakeRuntime:
