@@ -21,10 +21,9 @@ with ``raise … from exc`` so that callers only ever catch these.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 __all__ = [
     "ConfigError",
@@ -47,7 +46,7 @@ __all__ = [
 MAX_ISSUES = 20
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Diagnostic:
     """One problem in a file, printed as ``path:line:col: error: message``.
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 __all__ = [
     "EncodedText",
@@ -90,7 +89,7 @@ def url_path(value: Any) -> EncodedText:
     return EncodedText("/".join(quote(segment, safe="") for segment in segments))
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Origin:
     """Where a request goes: scheme, host (lower case) and port."""
 
@@ -102,7 +101,7 @@ class Origin:
         return f"{self.scheme}://{self.host}:{self.port}"
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostPattern:
     """One entry of a tool's ``hosts``: a host glob (``*.example.com``) and a port
     (``None``: the scheme's default port; ``0``: any port)."""

@@ -5,13 +5,12 @@ it pulls in, and what it refuses, each with its line. Rendering does not need th
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import TemplateSyntaxError, nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.idtracking import VAR_LOAD_ALIAS, VAR_LOAD_RESOLVE
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ._jinja import PromptSandbox
 
@@ -27,7 +26,7 @@ __all__ = [
 ]
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Read:
     """A name a template reads from its render context (not one it sets itself)."""
 
@@ -39,7 +38,7 @@ class Read:
     name_uses: int
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reference:
     """An ``include``, ``import`` / ``from … import`` or ``extends`` of another template."""
 
@@ -51,7 +50,7 @@ class Reference:
     local_names: frozenset[str]  # the includer's variables the other template also sees
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Analysis:
     """What one template reads, pulls in and refuses, learnt from its syntax tree."""
 

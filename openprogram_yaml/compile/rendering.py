@@ -8,12 +8,11 @@ renders without the checker.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.compile.paths import display_path
 from openprogram_yaml.errors import OpenProgramError
 from openprogram_yaml.spec.positions import Position, TextOrigin
@@ -39,7 +38,7 @@ class TemplateRenderError(OpenProgramError):
         super().__init__(f"{where}template {template!r}: {message}")
 
 
-@fast_dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class CompiledTemplate:
     """A checked template, ready to render many times.
 

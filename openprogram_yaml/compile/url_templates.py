@@ -12,10 +12,9 @@ hold a key read with ``${env:…}``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.compile.rendering import CompiledTemplate, TemplateRenderError
 
 if TYPE_CHECKING:
@@ -24,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["UrlTemplate"]
 
 
-@fast_dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, slots=True)
 class UrlTemplate:
     """A checked URL template; ``render_url`` returns the URL with its values fenced."""
 

@@ -16,10 +16,9 @@ import itertools
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.runtimes.protocol import (
     Capabilities,
     Message,
@@ -318,7 +317,7 @@ class TestRuntime:
 # --- the scripted model ----------------------------------------------------------------
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class Reply:
     """One scripted turn. Build with ``Reply.text``, ``Reply.json``, ``Reply.call`` …"""
 
@@ -389,7 +388,7 @@ class Reply:
         return replace(self, delay_s=seconds)
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class ScriptedRequest:
     """What ``ScriptedRuntime`` received for one turn."""
 

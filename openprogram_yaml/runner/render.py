@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..runtimes.protocol import (
     Message,
@@ -27,7 +25,7 @@ __all__ = ["CaptureSelector", "CapturedRequest", "format_request"]
 _CAPTURED = "request captured by `openprogram-run render`; no model was called"
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class CapturedRequest:
     """The first turn a method would send."""
 

@@ -10,8 +10,7 @@ preflight, which is never granted). The checks know nothing of the HTTP server t
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
+from dataclasses import dataclass
 
 __all__ = [
     "LOOPBACK_HOSTS",
@@ -30,7 +29,7 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
 MAX_JSON_DEPTH = 100
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ServeLimits:
     """What the server accepts from its clients (``serve``'s flags)."""
 

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Literal
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 __all__ = [
     "RECORDED_TOOL_RESULTS",
@@ -42,7 +40,7 @@ RUNS_OFFLINE = frozenset({"python", "local", "method"})
 RECORDED_TOOL_RESULTS = "recorded_tool_results"
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ToolDouble:
     """What a test says a tool returns (or raises) for arguments matching ``when``."""
 
@@ -61,7 +59,7 @@ def arguments_match(expected: Mapping[str, Any], arguments: Mapping[str, Any]) -
     return all(k in arguments and arguments[k] == v for k, v in expected.items())
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StandIn:
     """A tool call answered without running the tool, and why."""
 
@@ -74,7 +72,7 @@ class StandIn:
     reason: str | None = None
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class ToolGate:
     """What one run allows: live tools under an offline runtime, and doubles by tool name.
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import field
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.runtimes.protocol import ToolSpec
 
 __all__ = [
@@ -33,7 +32,7 @@ __all__ = [
 RESERVED_TOOLSETS = frozenset({"full", "none"})
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Tool:
     """A tool the runtime can offer: its spec, and ``execute(**arguments)`` (sync or async)."""
 
@@ -93,7 +92,7 @@ def as_tool(obj: Any) -> Tool:
     return Tool(_spec_from(spec, "tool"), execute, str(source), _is_async(execute))
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ToolsetPreset:
     """A named set of tools: names or glob patterns, other presets included, allow and deny."""
 
@@ -104,7 +103,7 @@ class ToolsetPreset:
     description: str = ""
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ToolPolicy:
     """Allow lists (each must match) and deny patterns (none may match)."""
 

@@ -15,11 +15,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.redaction import REDACTED
 
 __all__ = ["SessionTrace", "TraceNode", "current_span", "jsonable"]
@@ -51,7 +50,7 @@ def jsonable(value: Any) -> Any:
     return repr(value)
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class TraceNode:
     """One recorded step. ``data`` holds kind-specific fields (messages, usage, attempts, …)."""
 

@@ -21,10 +21,8 @@ Keyword arguments a runtime receives in ``run_turn`` (all optional; ignore what 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 __all__ = [
     "AgentRuntimeProtocol",
@@ -45,7 +43,7 @@ __all__ = [
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class ToolCall:
     """A tool call the model asked for. ``arguments`` is the raw JSON text it sent."""
 
@@ -54,7 +52,7 @@ class ToolCall:
     arguments: str = "{}"
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class ToolSpec:
     """A tool as the model sees it."""
 
@@ -64,7 +62,7 @@ class ToolSpec:
     strict: bool = False
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class Message:
     """One chat message in a provider-neutral shape.
 
@@ -87,7 +85,7 @@ class Message:
         return "".join(b.get("text", "") for b in self.content if b.get("type") == "text")
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class Usage:
     """Token usage of one turn (or a sum of turns)."""
 
@@ -118,7 +116,7 @@ class Usage:
         }
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class TurnFailure:
     """A classified failure, for the retry loop. ``reason`` takes ``ErrorReason`` values."""
 
@@ -129,7 +127,7 @@ class TurnFailure:
     retry_after_s: float | None = None
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class RuntimeResult:
     """The outcome of one turn. Failures are returned in ``error`` (and ``failure``)."""
 
@@ -145,7 +143,7 @@ class RuntimeResult:
     failure: TurnFailure | None = None
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class RuntimeDelta:
     """A streamed piece of a turn: ``type`` is "text", "tool_call", "thinking" or "error"."""
 
@@ -157,7 +155,7 @@ class RuntimeDelta:
 DeltaCallback = Callable[[RuntimeDelta], None]
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class RuntimeConfig:
     """Identity and options a runtime was resolved with."""
 
@@ -165,7 +163,7 @@ class RuntimeConfig:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class RuntimeRegistryEntry:
     """What the registry knows about one runtime."""
 
@@ -180,7 +178,7 @@ class RuntimeRegistryEntry:
             self.display_name = self.runtime_id
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Capabilities:
     """What a runtime can do for a model; ``Runtime.exec`` picks modes from these."""
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import Diagnostic
 from .yamlread import Loc, SourceMap
@@ -38,7 +36,7 @@ _SECRET_FIELDS = frozenset({"headers", "api_key", "token", "password", "auth"})
 _MIN_SECRET_LEN = 4
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class EnvExpansion:
     """The result of expanding a document: the new data, problems, and secret values read."""
 

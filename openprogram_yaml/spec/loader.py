@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
 from ..redaction import redact
@@ -24,7 +22,7 @@ __all__ = ["AgentDocument", "PartialDocument", "load_agent_file", "load_document
 M = TypeVar("M", bound=BaseModel)
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class AgentDocument:
     """An agent file, validated: the spec plus where everything in it came from."""
 

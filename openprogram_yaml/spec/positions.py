@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
+from dataclasses import dataclass
 
 __all__ = ["Position", "TextOrigin"]
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Position:
     """A 1-based line and column in a file (0 means unknown)."""
 
@@ -19,7 +19,7 @@ class Position:
         return f"{self.path}:{self.line}:{self.col}"
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TextOrigin:
     """Where a piece of text (a template, say) starts in its file, and how it was written.
 

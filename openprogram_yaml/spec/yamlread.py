@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from openprogram_yaml._fast_dataclass import fast_dataclass
 
 from ..errors import ConfigError, Diagnostic
 from .positions import Position, TextOrigin
@@ -31,7 +29,7 @@ MAX_EXPANDED_NODES = 100_000
 MAX_DEPTH = 100
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class SourceMap:
     """Where a document's values (``values``) and mapping keys (``keys``) are, by path.
 
@@ -75,7 +73,7 @@ class SourceMap:
         return TextOrigin(pos.path, pos.line, pos.col, style, indent)
 
 
-@fast_dataclass
+@dataclass(slots=True)
 class LoadedYAML:
     """A YAML file's data, and where in the file each value came from."""
 

@@ -30,10 +30,10 @@ import threading
 import types
 import typing
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from openprogram_yaml._fast_dataclass import fast_dataclass
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
 
@@ -44,7 +44,7 @@ _import_lock = threading.Lock()
 _stamps: dict[str, tuple[int, int]] = {}
 
 
-@fast_dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PythonTarget:
     """A resolved ``module:attr``: the callable, and the module file hot reload watches."""
 

@@ -258,7 +258,7 @@ def test_a_fresh_process_runs_from_the_entry_another_process_wrote(agent: Path) 
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
         for _ in range(2)
     ]
-    assert cache.load(agent) is not None
+    assert cache.load(agent, environ=env) is not None
     for run in runs:  # compiled, then loaded
         assert run.stdout.splitlines()[-1] == "0", run.stderr
 
