@@ -8,8 +8,8 @@ YAML parser is needed here.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from html import escape
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 __all__ = ["default_skill_dirs", "skills_block"]
 
@@ -47,9 +47,9 @@ def skills_block(dirs: Sequence[str | Path]) -> str:
                 continue
             name = fields.get("name") or skill_file.parent.name
             entries.append(
-                f"  <skill><name>{escape(name)}</name>"
-                f"<description>{escape(fields.get('description', ''))}</description>"
-                f"<location>{escape(str(skill_file))}</location></skill>"
+                f"  <skill><name>{escape(name, quote=False)}</name>"
+                f"<description>{escape(fields.get('description', ''), quote=False)}</description>"
+                f"<location>{escape(str(skill_file), quote=False)}</location></skill>"
             )
     if not entries:
         return ""

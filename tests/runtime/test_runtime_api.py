@@ -204,3 +204,16 @@ def test_skills_are_listed_in_the_system_prompt(tmp_path: Path) -> None:
     assert "<available_skills>" in system
     assert "<name>pdf-tools</name>" in system
     assert "Read &amp; split PDFs" in system
+
+
+def test_skill_fields_escape_markup_but_not_quotes(tmp_path: Path) -> None:
+    skill = tmp_path / "q"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text(
+        "---\nname: <b>&co\ndescription: say \"hi\" > 'bye' now\n---\n", encoding="utf-8"
+    )
+    model = ScriptedRuntime(["a"])
+    Runtime(runtimes=model, skills=[str(tmp_path)]).exec("x")
+    system = model.requests[0].system_prompt or ""
+    assert "<name>&lt;b&gt;&amp;co</name>" in system
+    assert "<description>say \"hi\" &gt; 'bye' now</description>" in system
