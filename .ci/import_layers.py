@@ -24,6 +24,7 @@ BASE: dict[str, frozenset[str]] = {
     "redaction": frozenset(),
     "_lazy": frozenset(),
     "_version": frozenset(),
+    "json_types": frozenset(),
     "_file_writes": frozenset({"errors"}),
     "safe_urls": frozenset({"errors"}),
 }

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..runtime import Runtime
+from ..runtimes.protocol import RuntimeSelectorProtocol, SelectorWrapper
 from ..runtimes.select import RuntimeSelector
 from .method import method_tool
 
@@ -32,7 +33,7 @@ def selector_for(agent: Agent) -> RuntimeSelector:
 async def open_runtime(
     agent: Agent,
     *,
-    wrap_selector: Callable[[RuntimeSelector], Any] | None = None,
+    wrap_selector: SelectorWrapper | None = None,
     trace: SessionTrace | None = None,
     tool_gate: ToolGate | None = None,
     on_retry: Callable[[RetryInfo], Any] | None = None,
@@ -43,7 +44,7 @@ async def open_runtime(
     every turn, or replaying recorded ones); what it returns is closed on exit.
     Closes the runtime and every provider client it opened on exit.
     """
-    selector: Any = selector_for(agent)
+    selector: RuntimeSelectorProtocol = selector_for(agent)
     if wrap_selector is not None:
         selector = wrap_selector(selector)
     runtime = Runtime(

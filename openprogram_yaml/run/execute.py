@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..runtime.retry import RetryInfo
     from ..runtime.toolgate import ToolDouble
     from ..runtime.trace import SessionTrace
-    from ..runtimes.select import RuntimeSelector
+    from ..runtimes.protocol import SelectorWrapper
 
 __all__ = ["execute_run"]
 
@@ -35,7 +35,7 @@ async def execute_run(
     *,
     model: str | None = None,
     trace: SessionTrace | None = None,
-    wrap_selector: Callable[[RuntimeSelector], Any] | None = None,
+    wrap_selector: SelectorWrapper | None = None,
     live_tools: bool = False,
     tool_doubles: Mapping[str, tuple[ToolDouble, ...]] | None = None,
     on_retry: Callable[[RetryInfo], Any] | None = None,

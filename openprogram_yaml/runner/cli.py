@@ -15,7 +15,14 @@ from pathlib import Path
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Sequence
-    from typing import Any, NoReturn, TextIO
+    from typing import NoReturn, TextIO
+
+    from ..compile.program import Agent, Method, Program
+    from ..errors import ConfigError
+    from ..json_types import JSONValue
+    from ..run.record import RunRecord
+    from ..runtime.retry import RetryInfo
+    from ..runtimes.protocol import RuntimeSelectorProtocol, SelectorWrapper
 
 __all__ = ["main"]
 
@@ -103,7 +110,7 @@ def _emit(stream: TextIO, text: str, secrets: frozenset[str] = frozenset()) -> N
     stream.write(text if text.endswith("\n") else text + "\n")
 
 
-def _print_config_error(exc: Any) -> int:
+def _print_config_error(exc: ConfigError) -> int:
     diags = exc.diagnostics
     for d in diags:
         _emit(sys.stderr, str(d))
@@ -112,12 +119,12 @@ def _print_config_error(exc: Any) -> int:
     return 2
 
 
-def _parse_inputs(args: argparse.Namespace, method: Any) -> dict[str, Any]:
+def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONValue]:
     import json
 
     from ..errors import UsageError
 
-    inputs: dict[str, Any] = {}
+    inputs: dict[str, JSONValue] = {}
     if args.input_json:
         raw = args.input_json
         if raw.startswith("@"):
@@ -150,7 +157,7 @@ def _parse_inputs(args: argparse.Namespace, method: Any) -> dict[str, Any]:
     return inputs
 
 
-def _format_output(output: Any) -> str:
+def _format_output(output: object) -> str:
     import json
 
     if isinstance(output, str):
@@ -158,7 +165,9 @@ def _format_output(output: Any) -> str:
     return json.dumps(output, indent=2, ensure_ascii=False)
 
 
-def _load_method(args: argparse.Namespace) -> tuple[Any, Any, Any, dict[str, Any]] | int:
+def _load_method(
+    args: argparse.Namespace,
+) -> tuple[Program, Agent, Method, dict[str, JSONValue]] | int:
     """The compiled program, the agent and method the command line names, and its inputs
     (checked); or the exit status after reporting why not."""
     from ..compile.cache import compile_cached
@@ -253,7 +262,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
     return code or (0 if kept else 1)
 
 
-def _run_to_the_end(run: Coroutine[Any, Any, Any]) -> tuple[Any, int]:
+def _run_to_the_end(run: Coroutine[object, object, RunRecord]) -> tuple[RunRecord, int]:
     """The record ``run`` returns, and the exit status. SIGTERM ends the run as Ctrl-C does
     (asyncio cancels the run on SIGINT): it is recorded as interrupted, and its trace and
     record are still written; the status is then 143 (128 + SIGTERM), as a shell says."""
@@ -262,7 +271,7 @@ def _run_to_the_end(run: Coroutine[Any, Any, Any]) -> tuple[Any, int]:
 
     terminated = False
 
-    async def main() -> Any:
+    async def main() -> RunRecord:
         task = asyncio.ensure_future(run)
 
         def terminate() -> None:
@@ -481,7 +490,7 @@ class _RetryLine:
         self.status = status
         self.secrets = secrets
 
-    def __call__(self, info: Any) -> None:
+    def __call__(self, info: RetryInfo) -> None:
         what = f"HTTP {info.http_status}" if info.http_status is not None else info.reason
         self.status.clear()
         _emit(
@@ -494,7 +503,7 @@ class _RetryLine:
 
 def _selector_wrapper(
     record_dir: Path | None, replay_dir: Path | None, secrets: frozenset[str]
-) -> Any:
+) -> SelectorWrapper | None:
     """What ``--record`` / ``--replay`` put between a run and its runtimes, if anything."""
     if replay_dir is not None:
         from ..recording.replay import ReplaySelector
@@ -527,7 +536,7 @@ def _cmd_render(argv: Sequence[str]) -> int:
     program, agent, method, inputs = loaded
     selectors: list[CaptureSelector] = []
 
-    def capture(inner: Any) -> CaptureSelector:
+    def capture(inner: RuntimeSelectorProtocol) -> CaptureSelector:
         selectors.append(CaptureSelector(inner))
         return selectors[-1]
 
@@ -748,7 +757,7 @@ def _cmd_runtimes(argv: Sequence[str]) -> int:
     return 0
 
 
-def _jsonable(value: Any) -> bool:
+def _jsonable(value: object) -> bool:
     import json
 
     try:

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..runtimes.protocol import (
+    AgentRuntimeProtocol,
     Message,
     RuntimeResult,
+    RuntimeSelectorProtocol,
     ToolSpec,
     TurnFailure,
 )
@@ -73,7 +75,7 @@ def _message(m: Message) -> dict[str, Any]:
 class _CaptureRuntime(WrappedRuntime):
     """Stands in front of the real runtime and keeps each request instead of sending it."""
 
-    def __init__(self, inner: Any, sink: list[CapturedRequest]) -> None:
+    def __init__(self, inner: AgentRuntimeProtocol, sink: list[CapturedRequest]) -> None:
         super().__init__(inner)
         self.sink = sink
 
@@ -100,11 +102,11 @@ class _CaptureRuntime(WrappedRuntime):
 class CaptureSelector:
     """Selects the real runtime for each model, but only records the turns asked of it."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: RuntimeSelectorProtocol) -> None:
         self.inner = inner
         self.captured: list[CapturedRequest] = []
 
-    def select(self, model_ref: str) -> Any:
+    def select(self, model_ref: str) -> AgentRuntimeProtocol:
         return _CaptureRuntime(self.inner.select(model_ref), self.captured)
 
     async def aclose(self) -> None:

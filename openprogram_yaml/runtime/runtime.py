@@ -16,11 +16,12 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from openprogram_yaml.runtime.callable import CallableRuntime
 from openprogram_yaml.runtime.content import render_content
 from openprogram_yaml.runtime.engine import ExecRun, StreamEmitter, message_record, turn_kwargs
+from openprogram_yaml.runtime.request import ExecRequest
 from openprogram_yaml.runtime.retry import (
     RecoveryBudget,
     RetryInfo,
@@ -48,6 +49,7 @@ from openprogram_yaml.runtime.trace import SessionTrace
 from openprogram_yaml.runtime.turn_end import TEXT_TERMINAL, UNSET, Terminal, Unset
 from openprogram_yaml.runtimes.protocol import (
     AgentRuntimeProtocol,
+    RuntimeSelectorProtocol,
     Usage,
     capabilities_of,
 )
@@ -77,7 +79,7 @@ class Runtime:
         api_key: str | None = None,
         skills: bool | Sequence[str] | None = None,
         *,
-        runtimes: Any = None,
+        runtimes: RuntimeSelectorProtocol | AgentRuntimeProtocol | None = None,
         backoff_base_s: float | None = None,
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
@@ -118,16 +120,16 @@ class Runtime:
         self.tool_gate = tool_gate if tool_gate is not None else ToolGate()
         self._toolsets: dict[str, ToolsetPreset] = {}
         self._loops = LoopRunner()
-        self._selector: Any = None
+        self._selector: RuntimeSelectorProtocol | None = None
         self._own_selector = False
         self._fixed: AgentRuntimeProtocol | None = None
         if runtimes is not None and call is not None:
             raise TypeError("pass call= or runtimes=, not both")
         if runtimes is not None:
             if callable(getattr(runtimes, "select", None)):
-                self._selector = runtimes
+                self._selector = cast(RuntimeSelectorProtocol, runtimes)
             elif callable(getattr(runtimes, "run_turn", None)):
-                self._fixed = runtimes
+                self._fixed = cast(AgentRuntimeProtocol, runtimes)
             else:
                 raise TypeError("runtimes= must be a selector (.select) or a runtime (.run_turn)")
         elif call is not None:
@@ -201,7 +203,7 @@ class Runtime:
 
             self._selector = RuntimeSelector()
             self._own_selector = True
-        return self._selector.select(model_ref)  # type: ignore[no-any-return]
+        return self._selector.select(model_ref)
 
     def _system_prompt(self, extra: list[str], terminal: Terminal) -> str | None:
         if self.skills and self._skills_text is None:
@@ -286,104 +288,78 @@ class Runtime:
         the decision result with ``choices``. ``context`` is accepted and ignored (legacy).
         ``model_options`` (``temperature``, ``max_tokens``, ``thinking_level``, …) are passed
         to the runtime on every turn; ``None`` values are left out."""
-        args = (
+        request = ExecRequest(
             content, response_format, model, tools, toolset, tools_source, tools_allow,
             tools_deny, tool_choice, parallel_tool_calls, max_iterations, choices, timeout_s,
             on_retry, web_search, stream_fn, max_validation_retries, model_options,
         )  # fmt: skip
         if self.trace is None:
-            return await self._prepare(*args).run()
+            return await self._prepare(request).run()
         # Open the node first, so that a run failing before its first request is recorded too.
         with self.trace.span("exec", name=model or self.model) as node:
-            node.data["options"] = {
-                "response_format": response_format,
-                "choices": choices
-                if choices is None or isinstance(choices, list)
-                else list(choices),
-                "model": model,
-                "tools": None if tools is None else [getattr(t, "name", t) for t in tools],
-                "toolset": toolset,
-                "tools_allow": tools_allow,
-                "tools_deny": tools_deny,
-                "tool_choice": None if isinstance(tool_choice, Unset) else tool_choice,
-                "parallel_tool_calls": None
-                if isinstance(parallel_tool_calls, Unset)
-                else parallel_tool_calls,
-                "max_iterations": max_iterations,
-                "timeout_s": timeout_s,
-                "web_search": web_search,
-                "model_options": dict(model_options or {}),
-            }
-            run = self._prepare(*args)
+            node.data["options"] = request.traced_options()
+            run = self._prepare(request)
             run.node = node
             node.inputs = {"content": message_record(run.messages[0])["content"]}
             node.data["options"]["offered_tools"] = list(run.runner.offered)
             node.output = await run.run()
         return node.output
 
-    def _prepare(
-        self,
-        content: str | Sequence[Any],
-        response_format: Any,
-        model: str | None,
-        tools: Sequence[Any] | None,
-        toolset: str | None,
-        tools_source: Sequence[str] | None,
-        tools_allow: Sequence[str] | None,
-        tools_deny: Sequence[str] | None,
-        tool_choice: str | dict[str, Any] | Unset,
-        parallel_tool_calls: bool | Unset,
-        max_iterations: int,
-        choices: Any,
-        timeout_s: float | None,
-        on_retry: Callable[[RetryInfo], Any] | None,
-        web_search: bool,
-        stream_fn: Any,
-        max_validation_retries: int | None,
-        model_options: Mapping[str, Any] | None = None,
-    ) -> ExecRun:
+    def _prepare(self, request: ExecRequest) -> ExecRun:
         """Everything an exec needs, checked before any request is made."""
         if self._closed:
             raise RuntimeError("this Runtime is closed")
-        if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
+        if isinstance(request.max_iterations, bool) or not isinstance(request.max_iterations, int):
             raise TypeError("max_iterations must be an int")
-        if max_validation_retries is not None and max_validation_retries not in (0, 1, 2):
+        if request.max_validation_retries is not None and request.max_validation_retries not in (
+            0,
+            1,
+            2,
+        ):
             raise ValueError("max_validation_retries must be 0, 1 or 2")
-        model_ref = model or self.model
-        runtime = self._runtime_for(model_ref, stream_fn)
+        model_ref = request.model or self.model
+        runtime = self._runtime_for(model_ref, request.stream_fn)
         caps = capabilities_of(runtime, model_ref)
         terminal: Terminal
-        if choices is not None and response_format is not None:
+        if request.choices is not None and request.response_format is not None:
             raise TypeError("choices and response_format cannot be combined")
-        if response_format is not None:
-            fmt = normalize_response_format(response_format)
+        if request.response_format is not None:
+            fmt = normalize_response_format(request.response_format)
             retries = (
                 self.max_validation_retries
-                if max_validation_retries is None
-                else max_validation_retries
+                if request.max_validation_retries is None
+                else request.max_validation_retries
             )
             terminal = StructuredTerminal(fmt, select_mode(fmt, caps), retries)
-        elif choices is not None:
+        elif request.choices is not None:
             from openprogram_yaml.runtime.choices import ChoiceTerminal, normalize_choices
 
-            terminal = ChoiceTerminal(normalize_choices(choices), caps)
+            terminal = ChoiceTerminal(normalize_choices(request.choices), caps)
         else:
             terminal = TEXT_TERMINAL
-        message, system_extra = render_content(content)
+        message, system_extra = render_content(request.content)
         offered, policy, explicit = offer_tools(
-            self._tools, self._toolsets, tools, toolset, tools_source, tools_allow, tools_deny
+            self._tools,
+            self._toolsets,
+            request.tools,
+            request.toolset,
+            request.tools_source,
+            request.tools_allow,
+            request.tools_deny,
         )
         if offered and not caps.tools:
             if explicit:
                 raise ValueError(f"the runtime for {model_ref!r} cannot call tools")
             offered = {}
-        kwargs = turn_kwargs(offered, terminal, tool_choice, parallel_tool_calls, caps)
+        kwargs = turn_kwargs(
+            offered, terminal, request.tool_choice, request.parallel_tool_calls, caps
+        )
         kwargs["session_id"] = self.session_id
         if self.thinking_level != "off":
             kwargs["thinking_level"] = self.thinking_level
-        if web_search:
+        if request.web_search:
             kwargs["web_search"] = True
-        for key, value in (model_options or {}).items():
+        for key, value in (request.model_options or {}).items():
             # Sampling knobs (temperature, max_tokens, …) go to the runtime as they are.
             if value is not None:
                 kwargs[key] = value
@@ -394,6 +370,7 @@ class Runtime:
         if streams:
             assert emit is not None
             kwargs["on_delta"] = emit.delta
+        timeout_s = request.timeout_s
         if timeout_s is None:
             raw = os.environ.get("OPENPROGRAM_EXEC_TIMEOUT_S", "").strip()
             timeout_s = float(raw) if raw else None
@@ -406,7 +383,7 @@ class Runtime:
             known=self._tools,
             emit=emit,
             trace=self.trace,
-            sequential=parallel_tool_calls is False,
+            sequential=request.parallel_tool_calls is False,
             gate=self.tool_gate,
             offline=bool(getattr(runtime, "offline", False)),
         )
@@ -420,9 +397,9 @@ class Runtime:
             system_prompt=self._system_prompt(system_extra, terminal),
             kwargs=kwargs,
             runner=runner,
-            max_iterations=max(1, max_iterations),
+            max_iterations=max(1, request.max_iterations),
             timeout_s=timeout_s,
-            on_retry=on_retry if on_retry is not None else self.on_retry,
+            on_retry=request.on_retry if request.on_retry is not None else self.on_retry,
             emit=emit,
             streams=streams,
             budget=RecoveryBudget(self.max_retries - 1),
@@ -436,7 +413,7 @@ class Runtime:
         selector, self._selector = (
             (self._selector, None) if self._own_selector else (None, self._selector)
         )
-        if selector is not None and callable(getattr(selector, "aclose", None)):
+        if selector is not None:
             await selector.aclose()
 
     def close(self) -> None:

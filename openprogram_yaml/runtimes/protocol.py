@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 __all__ = [
     "AgentRuntimeProtocol",
@@ -33,6 +33,8 @@ __all__ = [
     "RuntimeDelta",
     "RuntimeRegistryEntry",
     "RuntimeResult",
+    "RuntimeSelectorProtocol",
+    "SelectorWrapper",
     "ToolCall",
     "ToolSpec",
     "TurnFailure",
@@ -212,6 +214,23 @@ class AgentRuntimeProtocol(Protocol):
     def stream_turn(
         self, prompt: str | Sequence[Message], **kwargs: Any
     ) -> AsyncIterator[RuntimeDelta]: ...
+
+
+class RuntimeSelectorProtocol(Protocol):
+    """What picks the runtime serving a model ref; ``Runtime(runtimes=…)`` takes any.
+
+    Four implement it: ``runtimes.select.RuntimeSelector`` (rules, providers,
+    ``supports()``), the recording and replay selectors of ``recording/``, and the capture
+    ``render`` uses. ``aclose()`` closes the runtimes the selector created.
+    """
+
+    def select(self, model_ref: str) -> AgentRuntimeProtocol: ...
+
+    async def aclose(self) -> None: ...
+
+
+#: Puts a selector in front of another (recording, replay, capture) for one run.
+SelectorWrapper: TypeAlias = Callable[[RuntimeSelectorProtocol], RuntimeSelectorProtocol]
 
 
 _DEFAULT_CAPABILITIES = Capabilities()

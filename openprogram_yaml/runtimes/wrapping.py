@@ -13,7 +13,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ..errors import ErrorReason
-from .protocol import Capabilities, RuntimeDelta, RuntimeResult, capabilities_of
+from .protocol import (
+    AgentRuntimeProtocol,
+    Capabilities,
+    RuntimeDelta,
+    RuntimeResult,
+    capabilities_of,
+)
 
 __all__ = ["WrappedRuntime", "stream_via_run_turn"]
 
@@ -69,7 +75,7 @@ class WrappedRuntime:
     #: What the subclass does with a turn (the protocol's ``run_turn``).
     run_turn: Callable[..., Awaitable[RuntimeResult]]
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: AgentRuntimeProtocol) -> None:
         self.inner = inner
 
     @property

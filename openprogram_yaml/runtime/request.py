@@ -1,0 +1,63 @@
+"""``ExecRequest``: one exec's options as one value.
+
+``Runtime.exec`` / ``async_exec`` keep the seed's signature (nineteen parameters); past it,
+the options travel together, so preparing, tracing and checking an exec read one object
+instead of re-listing every parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from openprogram_yaml.runtime.retry import RetryInfo
+from openprogram_yaml.runtime.turn_end import UNSET, Unset
+
+__all__ = ["ExecRequest"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExecRequest:
+    """What ``async_exec`` was asked for (``context``, legacy and ignored, is left out)."""
+
+    content: str | Sequence[Any]
+    response_format: Any = None
+    model: str | None = None
+    tools: Sequence[Any] | None = None
+    toolset: str | None = None
+    tools_source: Sequence[str] | None = None
+    tools_allow: Sequence[str] | None = None
+    tools_deny: Sequence[str] | None = None
+    tool_choice: str | dict[str, Any] | Unset = UNSET
+    parallel_tool_calls: bool | Unset = UNSET
+    max_iterations: int = 20
+    choices: Any = None
+    timeout_s: float | None = None
+    on_retry: Callable[[RetryInfo], object] | None = None
+    web_search: bool = False
+    #: A runtime (``.run_turn``) or a callable answering every turn of this exec.
+    stream_fn: Any = None
+    max_validation_retries: int | None = None
+    model_options: Mapping[str, Any] | None = None
+
+    def traced_options(self) -> dict[str, Any]:
+        """The options as the session trace records them (``None`` for unset ones)."""
+        choices = self.choices
+        return {
+            "response_format": self.response_format,
+            "choices": choices if choices is None or isinstance(choices, list) else list(choices),
+            "model": self.model,
+            "tools": None if self.tools is None else [getattr(t, "name", t) for t in self.tools],
+            "toolset": self.toolset,
+            "tools_allow": self.tools_allow,
+            "tools_deny": self.tools_deny,
+            "tool_choice": None if isinstance(self.tool_choice, Unset) else self.tool_choice,
+            "parallel_tool_calls": None
+            if isinstance(self.parallel_tool_calls, Unset)
+            else self.parallel_tool_calls,
+            "max_iterations": self.max_iterations,
+            "timeout_s": self.timeout_s,
+            "web_search": self.web_search,
+            "model_options": dict(self.model_options or {}),
+        }
