@@ -21,8 +21,8 @@ Adding a provider means writing its wire format only::
         def stream_assembler(self, on_delta):         # its server-sent events
             return EchoAssembler(self.provider, on_delta)
 
-Options of its own go in its ``__init__``, with ``**settings: Unpack[ProviderOptions]``
-passed on to ``HTTPRuntime.__init__``.
+Options of its own go in its ``__init__``, which passes ``**settings:
+Unpack[ProviderOptions]`` (the options every HTTP runtime takes) on to ``HTTPRuntime``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import math
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from urllib.parse import urlsplit
 
 from ..errors import ErrorReason
@@ -146,7 +146,8 @@ class ProviderSettings:
 
 
 class ProviderOptions(TypedDict, total=False):
-    """The keyword options every HTTP runtime takes; ``HTTPRuntime`` says what each means."""
+    """The keyword options every HTTP runtime takes (``HTTPRuntime`` says what each means);
+    resolved into one ``ProviderSettings``."""
 
     base_url: str | None
     api_key: str | None
@@ -314,36 +315,31 @@ class HTTPRuntime:
     #: Bare model ids (no "provider:" prefix) this runtime claims in ``supports``.
     bare_model_prefixes: tuple[str, ...] = ()
 
-    def __init__(
-        self,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        api_key_env: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        timeout_s: float | None = None,
-        connect_timeout_s: float = 10.0,
-        max_connections: int = 200,
-        provider: str | None = None,
-        model: str | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        max_reply_bytes: int | None = None,
-    ) -> None:
+    def __init__(self, **options: Unpack[ProviderOptions]) -> None:
+        unknown = sorted(set(options) - ProviderOptions.__optional_keys__)
+        if unknown:
+            # Python's own wording, naming the class the user configured, not this base.
+            raise TypeError(
+                f"{type(self).__name__}.__init__() got an unexpected keyword argument "
+                f"{unknown[0]!r}"
+            )
+        base_url = options.get("base_url")
         if base_url is None and self.base_url_env:
             base_url = os.environ.get(self.base_url_env)
+        api_key = options.get("api_key")
         self.settings = ProviderSettings(
-            provider=provider or self.runtime_id,
+            provider=options.get("provider") or self.runtime_id,
             base_url=(base_url or self.default_base_url).rstrip("/"),
-            api_key_env=api_key_env or self.default_key_env,
+            api_key_env=options.get("api_key_env") or self.default_key_env,
             api_key=api_key,
-            headers=dict(headers or {}),
-            read_timeout_s=resolve_read_timeout(timeout_s),
-            connect_timeout_s=connect_timeout_s,
-            max_reply_bytes=_reply_cap(max_reply_bytes),
-            max_connections=max_connections,
+            headers=dict(options.get("headers") or {}),
+            read_timeout_s=resolve_read_timeout(options.get("timeout_s")),
+            connect_timeout_s=options.get("connect_timeout_s", 10.0),
+            max_reply_bytes=_reply_cap(options.get("max_reply_bytes")),
+            max_connections=options.get("max_connections", 200),
         )
         self.provider = self.settings.provider
-        self.model = model
+        self.model = options.get("model")
         self.config = RuntimeConfig(
             self.runtime_id,
             {
@@ -355,7 +351,7 @@ class HTTPRuntime:
         self._api_key = api_key
         # A local server (Ollama, vLLM …) may need no key; decided once, not on every turn.
         self._key_required = not is_local_url(self.settings.base_url)
-        self._transport = transport
+        self._transport = options.get("transport")
         self._pool: ClientPool[HTTPClient] = ClientPool(self._new_client)
         self._extra_secrets: set[str] = set()
 

@@ -193,3 +193,11 @@ def test_a_provider_that_writes_only_its_wire_format_gets_the_whole_turn(
     assert missing.failure is not None
     assert (missing.failure.reason, missing.failure.retryable) == ("invalid_request", False)
     assert "sk-echo-secret" not in missing.failure.message
+
+
+def test_settings_come_from_the_keywords_and_an_unknown_one_names_the_runtime() -> None:
+    runtime = EchoRuntime(base_url="http://127.0.0.1:9/", api_key="sk-echo-secret", timeout_s=3)
+    assert (runtime.settings.base_url, runtime.settings.read_timeout_s) == ("http://127.0.0.1:9", 3)
+    assert "sk-echo-secret" not in repr(runtime.settings)
+    with pytest.raises(TypeError, match=r"^EchoRuntime.__init__\(\) got an unexpected keyword "):
+        EchoRuntime(bse="http://127.0.0.1:9")  # type: ignore[call-arg]
