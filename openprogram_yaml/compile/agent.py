@@ -17,7 +17,7 @@ from ..runtime.validation import SchemaValidator
 from ..runtimes.rules import RuntimeRule
 from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument, PartialDocument
-from ..spec.models import AgentSpec, ExecOptionsSpec, MethodSpec, built
+from ..spec.models import AgentSpec, ExecOptionsSpec, MethodSpec
 from ..spec.positions import TextOrigin
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap
@@ -377,7 +377,7 @@ def check_valid_parts(
     engine = build.engine(ctx, path)
     for name, raw in methods.items():
         try:
-            method = built(MethodSpec).model_validate(raw)
+            method = MethodSpec.model_validate(raw)
         except ValidationError:
             continue  # its problems are already reported
         _template(

@@ -14,7 +14,7 @@ from ..errors import ConfigError, Diagnostic
 from ..redaction import redact
 from .diagnostics import validation_diagnostics
 from .env import expand_env
-from .models import AgentSpec, built
+from .models import AgentSpec
 from .yamlread import SourceMap, load_yaml_file
 
 __all__ = ["AgentDocument", "PartialDocument", "load_agent_file", "load_document"]
@@ -87,7 +87,7 @@ def load_document(
     env_places = frozenset((d.line, d.col) for d in expanded.diagnostics)
     spec: M | None = None
     try:
-        spec = built(model).model_validate(expanded.data)
+        spec = model.model_validate(expanded.data)
     except ValidationError as exc:
         found = validation_diagnostics(exc, expanded.data, source, model)
         diagnostics.extend(d for d in found if (d.line, d.col) not in env_places)

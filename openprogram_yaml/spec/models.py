@@ -9,9 +9,8 @@ No ``from __future__ import annotations`` here, unlike the rest of the package: 
 would evaluate every annotation from its text, a third of the cost of creating the models.
 """
 
-import os
 import re
-from typing import Annotated, Any, Literal, Self, TypeVar
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -33,10 +32,7 @@ __all__ = [
     "ToolCallExpectSpec",
     "ToolDoubleSpec",
     "ToolsetSpec",
-    "built",
 ]
-
-M = TypeVar("M", bound=BaseModel)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
@@ -56,37 +52,6 @@ def _plain_name(name: str) -> str:
 
 #: Keys naming methods, tools and toolsets: identifiers, '-' allowed.
 MethodName = Annotated[str, AfterValidator(_plain_name)]
-
-
-_built: set[type[BaseModel]] = set()
-
-
-def built(model: type[M]) -> type[M]:
-    """``model``, its validator built (the models are built on first use, so a run builds
-    only the ones its files need). A model made as a field's default (``defaults:``,
-    ``retry:``, a test's ``expect:``) is made with ``model_construct``: an empty one needs
-    no validator.
-
-    Built with pydantic's plugins off: looking for them scans the entry points of every
-    installed distribution (a few milliseconds), and plugins observe an application's own
-    models, not a file format's. ``PYDANTIC_DISABLE_PLUGINS`` is pydantic's documented
-    switch; it is set only while the validator is built, and put back after.
-    """
-    if model not in _built:
-        _built.add(model)
-        previous = os.environ.get(_NO_PLUGINS)
-        os.environ[_NO_PLUGINS] = "__all__"
-        try:
-            model.model_rebuild()
-        finally:
-            if previous is None:
-                os.environ.pop(_NO_PLUGINS, None)
-            else:
-                os.environ[_NO_PLUGINS] = previous
-    return model
-
-
-_NO_PLUGINS = "PYDANTIC_DISABLE_PLUGINS"
 
 
 class _Spec(BaseModel):
