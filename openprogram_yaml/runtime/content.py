@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtimes.protocol import Message, RuntimeResult
 
 __all__ = ["render_content"]
@@ -19,7 +20,7 @@ __all__ = ["render_content"]
 _MEDIA = ("image", "video", "audio")
 
 
-def _media_block(block: Mapping[str, Any]) -> dict[str, Any]:
+def _media_block(block: Mapping[str, Any]) -> JSONObject:
     """A media block with inline ``data`` (a ``path`` is read and base64-encoded)."""
     out = dict(block)
     path = out.pop("path", None)
@@ -40,7 +41,7 @@ def render_content(content: str | Sequence[Any]) -> tuple[Message, list[str]]:
         raise TypeError(
             f"content must be a string or a list of blocks, not {type(content).__name__}"
         )
-    blocks: list[dict[str, Any]] = []
+    blocks: list[JSONObject] = []
     system: list[str] = []
     for block in content:
         if isinstance(block, str):
@@ -72,7 +73,7 @@ def assistant_reply(result: RuntimeResult) -> Message:
     blocks = result.metadata.get("thinking_blocks") if result.metadata else None
     if not blocks:
         return Message("assistant", result.content, list(result.tool_calls))
-    content: list[dict[str, Any]] = [dict(b) for b in blocks]
+    content: list[JSONObject] = [dict(b) for b in blocks]
     if result.content:
         content.append({"type": "text", "text": result.content})
     return Message("assistant", content, list(result.tool_calls))

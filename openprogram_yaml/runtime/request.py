@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtime.retry import RetryInfo
 from openprogram_yaml.runtime.turn_end import UNSET, Unset
 
@@ -29,7 +30,7 @@ class ExecRequest:
     tools_source: Sequence[str] | None = None
     tools_allow: Sequence[str] | None = None
     tools_deny: Sequence[str] | None = None
-    tool_choice: str | dict[str, Any] | Unset = UNSET
+    tool_choice: str | JSONObject | Unset = UNSET
     parallel_tool_calls: bool | Unset = UNSET
     max_iterations: int = 20
     choices: Any = None
@@ -41,7 +42,7 @@ class ExecRequest:
     max_validation_retries: int | None = None
     model_options: Mapping[str, Any] | None = None
 
-    def traced_options(self) -> dict[str, Any]:
+    def traced_options(self) -> JSONObject:
         """The options as the session trace records them (``None`` for unset ones)."""
         choices = self.choices
         return {

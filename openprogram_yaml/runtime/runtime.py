@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtime.callable import CallableRuntime
 from openprogram_yaml.runtime.content import render_content
 from openprogram_yaml.runtime.engine import ExecRun, StreamEmitter, message_record, turn_kwargs
@@ -84,7 +85,7 @@ class Runtime:
         clock: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[Any]] | None = None,
         random: Callable[[], float] | None = None,
-        on_stream: Callable[[dict[str, Any]], None] | None = None,
+        on_stream: Callable[[JSONObject], None] | None = None,
         trace: SessionTrace | None = None,
         tools: Iterable[Any] = (),
         toolsets: Mapping[str, ToolsetPreset] | None = None,
@@ -153,9 +154,9 @@ class Runtime:
 
     def _call(
         self,
-        content: list[dict[str, Any]],
+        content: list[JSONObject],
         model: str = "default",
-        response_format: dict[str, Any] | None = None,
+        response_format: JSONObject | None = None,
     ) -> Any:
         """Override to call a model once, synchronously (no retries: exec wraps it)."""
         raise NotImplementedError(
@@ -164,9 +165,9 @@ class Runtime:
 
     async def _async_call(
         self,
-        content: list[dict[str, Any]],
+        content: list[JSONObject],
         model: str = "default",
-        response_format: dict[str, Any] | None = None,
+        response_format: JSONObject | None = None,
     ) -> Any:
         """Override to call a model once, asynchronously. Defaults to ``_call`` in a thread."""
         return await asyncio.to_thread(self._call, content, model, response_format)
@@ -224,7 +225,7 @@ class Runtime:
         tools_source: Sequence[str] | None = None,
         tools_allow: Sequence[str] | None = None,
         tools_deny: Sequence[str] | None = None,
-        tool_choice: str | dict[str, Any] | Unset = UNSET,
+        tool_choice: str | JSONObject | Unset = UNSET,
         parallel_tool_calls: bool | Unset = UNSET,
         max_iterations: int = 20,
         choices: Any = None,
@@ -273,7 +274,7 @@ class Runtime:
         tools_source: Sequence[str] | None = None,
         tools_allow: Sequence[str] | None = None,
         tools_deny: Sequence[str] | None = None,
-        tool_choice: str | dict[str, Any] | Unset = UNSET,
+        tool_choice: str | JSONObject | Unset = UNSET,
         parallel_tool_calls: bool | Unset = UNSET,
         max_iterations: int = 20,
         choices: Any = None,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from openprogram_yaml.errors import StructuredOutputError
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtime.schemas import validator_for
 from openprogram_yaml.runtime.structured import parse_json_strict
 from openprogram_yaml.runtime.toolgate import StandIn, ToolGate
@@ -34,7 +35,7 @@ MAX_RESULT_CHARS = 20_000
 #: A call (same tool, same arguments) that failed this many times is not run again.
 MAX_SAME_FAILURES = 2
 
-StreamEmit = Callable[[dict[str, Any]], None]
+StreamEmit = Callable[[JSONObject], None]
 
 
 async def call_maybe_async(
@@ -91,7 +92,7 @@ class ToolRunner:
         #: The turns come from an offline runtime (the ``test`` model): see ``toolgate``.
         self.offline = offline
         self.failures: dict[tuple[str, str], int] = {}
-        self.records: list[dict[str, Any]] = []
+        self.records: list[JSONObject] = []
 
     async def run(
         self, calls: list[ToolCall], recorded: Mapping[str, Any] | None = None
@@ -117,7 +118,7 @@ class ToolRunner:
             return f"Unknown tool {name!r}. Available tools: {available}."
         return None
 
-    def _arguments(self, tool: Tool, raw: str) -> tuple[dict[str, Any] | None, str]:
+    def _arguments(self, tool: Tool, raw: str) -> tuple[JSONObject | None, str]:
         """Parsed, validated arguments, or None and the problem."""
         try:
             args = parse_json_strict(raw) if raw.strip() else {}
@@ -144,7 +145,7 @@ class ToolRunner:
 
     async def _run_one(self, call: ToolCall, recorded: Mapping[str, Any] | None) -> Message:
         key = self._key(call)
-        record: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
+        record: JSONObject = {"id": call.id, "name": call.name, "arguments": call.arguments}
         self.records.append(record)
         if self.emit is not None:
             self.emit(
@@ -171,7 +172,7 @@ class ToolRunner:
         self,
         call: ToolCall,
         key: tuple[str, str],
-        record: dict[str, Any],
+        record: JSONObject,
         recorded: Mapping[str, Any] | None,
     ) -> tuple[str, bool]:
         refusal = self._refusal(call.name)
@@ -207,10 +208,10 @@ class ToolRunner:
         return render_result(value, self.max_result_chars), True
 
     def _stood_in(
-        self, tool: Tool, args: dict[str, Any], stand_in: StandIn, record: dict[str, Any]
+        self, tool: Tool, args: JSONObject, stand_in: StandIn, record: JSONObject
     ) -> tuple[str, bool]:
         """The answer of a call the gate kept from running, marked in the record and trace."""
-        mark: dict[str, Any] = (
+        mark: JSONObject = (
             {"not_run": stand_in.reason} if stand_in.how == "not_run" else {stand_in.how: True}
         )
         record.update(mark)

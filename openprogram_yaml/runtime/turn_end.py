@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtimes.protocol import Message, RuntimeResult, ToolSpec
 
 __all__ = ["UNSET", "Done", "Redo", "Terminal", "TextTerminal", "Unset"]
@@ -53,7 +54,7 @@ class Redo:
     code: str
     issues: list[str]
     error: Exception
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict)
 
 
 class Terminal(Protocol):
@@ -61,7 +62,7 @@ class Terminal(Protocol):
 
     name: str
     hidden_tools: tuple[ToolSpec, ...]
-    response_format: dict[str, Any] | None
+    response_format: JSONObject | None
     system_suffix: str
     max_redos: int
     budgeted: bool
@@ -78,7 +79,7 @@ class TextTerminal:
 
     name = "text"
     hidden_tools: tuple[ToolSpec, ...] = ()
-    response_format: dict[str, Any] | None = None
+    response_format: JSONObject | None = None
     system_suffix = ""
     max_redos = 0
     budgeted = False

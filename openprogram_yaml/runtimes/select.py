@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
+from ..json_types import JSONObject
 from .protocol import AgentRuntimeProtocol
 from .registry import RuntimeRegistry
 from .rules import ProviderConfig, RuntimeRule, redact_options, split_model_ref
@@ -51,7 +52,7 @@ class Selection:
         }[self.source]
         return f"model {self.model_ref!r} -> runtime {self.runtime_id!r} by {why}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """A JSON-ready view with secrets redacted (for ``--json`` and traces)."""
         return {
             "model_ref": self.model_ref,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from openprogram_yaml.errors import ToolError
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtime.validation import SchemaValidator
 from openprogram_yaml.runtimes.protocol import ToolSpec
 
@@ -98,7 +99,7 @@ class ConfiguredTool:
     def files(self) -> frozenset[Path]:
         return frozenset()
 
-    def check_arguments(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    def check_arguments(self, arguments: Mapping[str, Any]) -> JSONObject:
         """The arguments as a dict, or a ``ToolError`` listing every schema problem."""
         issues = self._validator.errors(dict(arguments))
         if issues:
@@ -106,13 +107,13 @@ class ConfiguredTool:
             raise ToolError(f"invalid arguments for tool {self.name!r}:\n{listed}")
         return dict(arguments)
 
-    def template_variables(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    def template_variables(self, arguments: Mapping[str, Any]) -> JSONObject:
         """What templates see: the arguments, plus schema defaults for absent properties.
 
         Other absent optional properties stay undefined, so a template tests them with
         ``is defined`` or ``| default(…)``; reading one unguarded is a clear error.
         """
-        variables: dict[str, Any] = {}
+        variables: JSONObject = {}
         properties = self.spec.parameters.get("properties")
         if isinstance(properties, Mapping):
             for key, sub in properties.items():
@@ -125,7 +126,7 @@ class ConfiguredTool:
         """Run the tool with ``arguments`` (keyword arguments, as the tool loop passes them)."""
         return await self._run(self.check_arguments(arguments))
 
-    async def _run(self, arguments: dict[str, Any]) -> Any:
+    async def _run(self, arguments: JSONObject) -> Any:
         raise NotImplementedError
 
     async def aclose(self) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from openprogram_yaml.errors import ToolError
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.tools.base import (
     ConfiguredTool,
     TextTemplate,
@@ -195,7 +196,7 @@ class CommandTool(ConfiguredTool):
             rendered.append(value)
         return rendered
 
-    async def _run(self, arguments: dict[str, Any]) -> str:
+    async def _run(self, arguments: JSONObject) -> str:
         argv = self._command_line(arguments)
         program = self._program or self._find(argv[0])
         if program is None:
