@@ -4,6 +4,7 @@
 
 ``--quick`` uses fewer rounds (a smoke test); the figures in README.md come from the
 default settings. Everything runs on 127.0.0.1; each script starts its own servers.
+CI runs ``check.py`` instead: the start-up goals, with a tolerance, in about 20 seconds.
 """
 
 from __future__ import annotations

@@ -1,0 +1,47 @@
+"""The start-up goals as a CI check: exit 1 when a ratio exceeds its goal by more than 25%.
+
+    python benchmarks/check.py [--runs 11]
+
+It measures what ``startup.py`` measures (``--help`` beside ``python -c pass``, the offline
+runs beside the modules they import), in fewer rounds, and holds each ratio of
+``startup.GOALS`` to its goal plus ``TOLERANCE``. The margin is there because shared CI
+machines drift by tens of percent within minutes, and a check that fails on noise gets
+ignored; a regression that matters (a heavy import on the start-up path, a collector left
+on) costs more than that. ``run_all.py`` reports the figures against the goals themselves.
+About 20 seconds on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from _common import report
+from startup import GOALS, measure, ratio
+
+#: How far above its goal a ratio may land before the check fails: 25%.
+TOLERANCE = 1.25
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=11)
+    args = parser.parse_args()
+    times, _, _ = measure(args.runs)
+    print(f"start-up check: median of {args.runs} interleaved runs, goal x {TOLERANCE}")
+    failed = []
+    for name, top, bottom, goal in GOALS:
+        found = ratio(times, top, bottom)
+        limit = goal * TOLERANCE
+        ok = found <= limit
+        report(name, f"{found:.2f}x", f"<= {limit:.2f}x ({goal}x + 25%)", ok)
+        if not ok:
+            failed.append(name)
+    if failed:
+        print(f"start-up goals missed beyond the tolerance: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
