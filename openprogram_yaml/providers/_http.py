@@ -27,10 +27,12 @@ Unpack[ProviderOptions]`` (the options every HTTP runtime takes) on to ``HTTPRun
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ipaddress
 import json
 import math
+import mimetypes
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -191,9 +193,6 @@ def image_source(block: Mapping[str, Any]) -> tuple[str, str] | str | None:
     path = block.get("path")
     if not path:
         return None
-    import base64
-    import mimetypes
-
     with open(path, "rb") as fh:
         data = base64.b64encode(fh.read()).decode("ascii")
     return mimetypes.guess_type(str(path))[0] or "image/png", data

@@ -41,6 +41,7 @@ from ..errors import ConfigError, Diagnostic, UsageError
 from ..redaction import redact
 from ..run.record import RecordLog, RunRecord, append_trace, run_secrets
 from ..run.service import RunService
+from ..runtime.trace import SessionTrace
 from .reload import ProgramHolder, ReloadEvent
 from .request_guard import MAX_JSON_DEPTH, ServeLimits, media_refusal, nests_deeper, origin_refusal
 
@@ -634,8 +635,6 @@ async def watch_and_run(
     Outputs go to stdout (text, or one JSON record per run with ``--json``); reloads and
     diagnostics go to stderr. A broken edit is reported and the next fix runs again.
     """
-    from ..runtime.trace import SessionTrace
-
     ignore = [p for p in (records, trace) if p is not None]
     holder = ProgramHolder(path, ignore=ignore)
     say = _print_to(sys.stderr)

@@ -22,6 +22,7 @@ from ..run.execute import execute_run
 from ..run.record import RunRecord
 from ..run.version import VersionStamp
 from ..runtime.toolgate import arguments_match
+from ..runtime.trace import SessionTrace
 
 __all__ = ["TestOutcome", "check_expectations", "run_tests"]
 
@@ -156,8 +157,6 @@ async def _run_one(
     wrap_selector: Callable[[Any], Any] | None,
     live_tools: bool,
 ) -> TestOutcome:
-    from ..runtime.trace import SessionTrace
-
     trace = SessionTrace()
     record = await execute_run(
         program,

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from openprogram_yaml._file_writes import write_atomically
 from openprogram_yaml.redaction import REDACTED
 
 __all__ = ["SessionTrace", "TraceNode", "current_span", "jsonable"]
@@ -212,8 +213,6 @@ class SessionTrace:
         """Write every node, one JSON object per line."""
         text = self.to_jsonl()
         if isinstance(target, str | os.PathLike):
-            from .._file_writes import write_atomically
-
             write_atomically(target, text)
         else:
             target.write(text)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 import itertools
+import typing
 from typing import Any
 
 from pydantic import BaseModel
 
+from . import models
 from .models import AgentSpec, ProjectSpec, TestFileSpec
 
 __all__ = [
@@ -31,11 +35,6 @@ def _field_docs() -> dict[str, dict[str, str]]:
     Read from the source of ``models.py`` (the string right after a field's annotation),
     so the models themselves need not keep them at run time.
     """
-    import ast
-    import inspect
-
-    from . import models
-
     tree = ast.parse(inspect.getsource(models))
     docs: dict[str, dict[str, str]] = {}
     for node in tree.body:
@@ -72,8 +71,6 @@ def _describe(
 
 def _models_in(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
     """Every spec model reachable from ``model``, by name."""
-    import typing
-
     found: dict[str, type[BaseModel]] = {}
     pending: list[Any] = [model]
     while pending:
