@@ -10,7 +10,12 @@ the compile, and the git stamp (the copy is a fresh git checkout, as prompt repo
 Goal: median < 150 ms with the runner's settings. watchfiles' own defaults are measured
 alongside for comparison.
 
-    python benchmarks/reload.py [--saves 30]
+At scale (``--agents 1000,10000``): a generated repository (``compile.py``'s) of that many
+agent files is served, and one agent file is saved each way an editor saves: written in
+place, and written to a temporary file renamed over it (which changes the folder of every
+agent). Goals: median <= 150 ms at 1,000 agents and <= 300 ms at 10,000, either way.
+
+    python benchmarks/reload.py [--saves 30] [--agents 1000,10000] [--scale-saves 10]
 """
 
 from __future__ import annotations
@@ -27,10 +32,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from openprogram_yaml.runner.reload import DEBOUNCE_MS, STEP_MS, ProgramHolder  # noqa: E402
 
 GOAL_MS = 150.0
+#: Reload goals at scale: agents in the repository -> median save-to-serving, ms.
+SCALE_GOALS_MS = {1000: 150.0, 10000: 300.0}
 
 
 async def measure(agent: Path, prompt: Path, saves: int, debounce: int, step: int) -> list[float]:
@@ -57,10 +65,69 @@ async def measure(agent: Path, prompt: Path, saves: int, debounce: int, step: in
     return times
 
 
+async def measure_scale(root: Path, files: list[Path], saves: int) -> dict[str, list[float]]:
+    """Save one agent file at a time, in place and by rename; ms until each swap."""
+    holder = ProgramHolder(root)
+    holder.load()
+    swapped: asyncio.Queue[float] = asyncio.Queue()
+    holder.listeners.append(
+        lambda e: swapped.put_nowait(time.perf_counter()) if e.status == "loaded" else None
+    )
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(holder.watch(stop))
+    await holder.watching.wait()
+    times: dict[str, list[float]] = {"in place": [], "rename": []}
+    for n in range(saves):
+        for how, took in times.items():
+            path = files[(n * 37 + len(took) * 11) % len(files)]
+            text = path.read_text(encoding="utf-8").replace(
+                "Agent number", f"Save {n} {how}. Agent number", 1
+            )
+            if how == "rename":
+                tmp = path.with_name(path.name + ".tmp~")
+                tmp.write_text(text, encoding="utf-8")
+                saved = time.perf_counter()
+                tmp.replace(path)
+            else:
+                saved = time.perf_counter()
+                path.write_text(text, encoding="utf-8")
+            done = await asyncio.wait_for(swapped.get(), 60)
+            took.append((done - saved) * 1000)
+    stop.set()
+    await watcher
+    return times
+
+
+def scale(sizes: list[int], saves: int) -> bool:
+    from compile import write_repository
+
+    ok = True
+    for size in sizes:
+        with tempfile.TemporaryDirectory(prefix="op-reload-bench-") as tmp:
+            root = Path(tmp)
+            files = write_repository(root, size)
+            times = asyncio.run(measure_scale(root, files, saves))
+        goal = SCALE_GOALS_MS.get(size)
+        for how, took in times.items():
+            med = statistics.median(took)
+            met = goal is None or med <= goal
+            ok = ok and met
+            verdict = f"goal: median <= {goal:.0f} ms  {'ok' if met else 'MISSED'}" if goal else ""
+            print(
+                f"{size:>6} agents, save {how:<8}: median {med:6.1f} ms, "
+                f"max {max(took):6.1f} ms ({len(took)} saves)   {verdict}"
+            )
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--saves", type=int, default=30)
     parser.add_argument("--no-git", action="store_true", help="do not make the copy a checkout")
+    parser.add_argument(
+        "--agents", default="1000,10000", help="repository sizes to reload at ('' for none)"
+    )
+    parser.add_argument("--scale-saves", type=int, default=10)
     args = parser.parse_args()
     configs = [
         ("runner settings", DEBOUNCE_MS, STEP_MS),
@@ -91,6 +158,9 @@ def main() -> int:
                 line += f"   goal: median < {GOAL_MS:.0f} ms  {'ok' if ok else 'MISSED'}"
             print(line)
     print("(git stamp included)" if not args.no_git else "(no git)")
+    sizes = [int(n) for n in args.agents.split(",") if n.strip()]
+    if sizes:
+        ok = scale(sizes, args.scale_saves) and ok
     return 0 if ok else 1
 
 

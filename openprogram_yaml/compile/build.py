@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .paths import entry_kind, glob_files
+from .paths import entry_kind, glob_file_names
 
 if TYPE_CHECKING:
     from ..spec.loader import AgentDocument
@@ -88,7 +88,7 @@ class ReadSet:
             if not memo.same_file(read):
                 return read[0]
         for root, pattern, matched in self.globs:
-            if tuple(map(str, glob_files(Path(root), pattern))) != matched:
+            if tuple(glob_file_names(root, pattern)) != matched:
                 return f"{root}/{pattern}"
         if self.libraries and self.libraries != library_stamps():
             return "installed libraries"
@@ -248,7 +248,8 @@ def library_stamps() -> tuple[tuple[str, str], ...]:
 class KeptAgent:
     """An agent compiled by an earlier compile of this build, with what it read."""
 
-    context: tuple[object, ...]
+    #: A digest of what the project gave the agent (``project._context_key``).
+    context: str
     doc: AgentDocument
     agent: Agent
     files: frozenset[Path]
@@ -287,7 +288,7 @@ class Build:
             )
         return engine
 
-    def kept(self, path: Path, context: tuple[object, ...], checked: Checked) -> KeptAgent | None:
+    def kept(self, path: Path, context: str, checked: Checked) -> KeptAgent | None:
         """The agent compiled from ``path`` last time, if nothing it read has changed."""
         kept = self.agents.get(path)
         if kept is None or kept.context != context:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import stat
@@ -13,7 +14,7 @@ __all__ = [
     "display_path",
     "entry_kind",
     "find_project_root",
-    "glob_files",
+    "glob_file_names",
     "glob_problem",
     "project_root_lookups",
     "resolve_inside",
@@ -101,29 +102,60 @@ def display_path(path: Path) -> Path:
         return path
 
 
-def glob_files(root: Path, pattern: str) -> list[Path]:
+def glob_file_names(root: Path | str, pattern: str) -> list[str]:
     """The files under ``root`` matching ``pattern``, symlinks resolved, in a stable order.
 
-    Each folder is resolved once (a repository holds many files in few folders), and each
-    match costs one ``lstat``; a file is resolved on its own only when it is a link.
+    Strings, not paths: a reload globs the repository each time, and a path object costs
+    more than the lookup that found it. Each folder is resolved once (a repository holds
+    many files in few folders); a file is resolved on its own only when it is a link. A
+    pattern whose only wildcards are in its last part (``agents/*.yaml``) lists that one
+    folder, with no call per file.
     """
+    folder_part, _, name_part = pattern.rpartition("/")
+    if glob.has_magic(folder_part) or "**" in name_part or not glob.has_magic(name_part):
+        found = glob.glob(os.path.join(glob.escape(str(root)), pattern), recursive=True)
+        return _real_files(found)
+    folder = os.path.join(str(root), folder_part) if folder_part else str(root)
+    try:
+        with os.scandir(folder) as listing:
+            entries = [(e.name, e.is_symlink(), e.is_file(follow_symlinks=False)) for e in listing]
+    except OSError:
+        return []
+    # As glob: a wildcard does not match a leading dot unless the pattern starts with one.
+    hidden = name_part.startswith(".")
+    names = set(fnmatch.filter([n for n, _, _ in entries if hidden or n[0] != "."], name_part))
+    out: list[str] = []
+    real_folder = os.path.realpath(folder)
+    for name, link, regular in entries:
+        if name not in names:
+            continue
+        if link:
+            real = os.path.realpath(os.path.join(folder, name))
+            if os.path.isfile(real):
+                out.append(real)
+        elif regular:
+            out.append(os.path.join(real_folder, name))
+    return sorted(out)
+
+
+def _real_files(found: list[str]) -> list[str]:
     folders: dict[str, str] = {}
     out: list[str] = []
-    for found in glob.glob(os.path.join(glob.escape(str(root)), pattern), recursive=True):
+    for path in found:
         try:
-            mode = os.lstat(found).st_mode
+            mode = os.lstat(path).st_mode
         except OSError:
             continue
         if stat.S_ISLNK(mode):
-            real = os.path.realpath(found)
+            real = os.path.realpath(path)
             if os.path.isfile(real):
                 out.append(real)
             continue
         if not stat.S_ISREG(mode):
             continue
-        folder, name = os.path.split(found)
+        folder, name = os.path.split(path)
         real_folder = folders.get(folder)
         if real_folder is None:
             real_folder = folders[folder] = os.path.realpath(folder)
         out.append(os.path.join(real_folder, name))
-    return [Path(p) for p in sorted(out)]
+    return sorted(out)

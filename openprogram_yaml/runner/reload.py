@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable
@@ -110,6 +111,7 @@ class ProgramHolder:
         self.build = Build()
         self._compile_lock = threading.Lock()  # one compile at a time uses the build
         self._compile = compile or self._compile_with_build
+        self._watched: tuple[Program | None, frozenset[Path]] | None = None
         self.stamper = stamper or GitStamper()
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
@@ -218,10 +220,16 @@ class ProgramHolder:
 
     def watched_dirs(self) -> frozenset[Path]:
         """The directories to watch: those of the tracked files, and the source path's."""
-        dirs = {self.path if self.path.is_dir() else self.path.parent}
-        if self.program is not None:
-            dirs.update(p.parent for p in self.program.files)
-        return frozenset(d for d in dirs if d.is_dir())
+        program = self.program
+        known = self._watched
+        if known is None or known[0] is not program:
+            # Once per version: a repository of many files lies in few folders, and the
+            # watch loop asks after every reload.
+            dirs = {self.path if self.path.is_dir() else self.path.parent}
+            if program is not None:
+                dirs.update(Path(d) for d in {os.path.dirname(p) for p in map(str, program.files)})
+            known = self._watched = (program, frozenset(dirs))
+        return frozenset(d for d in known[1] if d.is_dir())
 
     def is_relevant(self, path: Path, *, added: bool = False) -> bool:
         """Whether a change to ``path`` may change the Program (``added``: a new file)."""
