@@ -12,6 +12,8 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..errors import Diagnostic
 from ..runtime.validation import SchemaValidator
 from ..runtimes.rules import RuntimeRule
@@ -359,8 +361,6 @@ def check_valid_parts(
     the values they left empty are not repeated); otherwise each method that validated is
     checked: its template, schemas and choices.
     """
-    from pydantic import ValidationError
-
     if isinstance(failed.spec, AgentSpec):
         col = Collector()
         col.secrets = failed.secrets

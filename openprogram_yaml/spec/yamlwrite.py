@@ -11,33 +11,31 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 __all__ = ["dump_yaml"]
 
 #: Long lines are never folded: a folded scalar moves its line breaks when one word changes,
 #: which turns a one-word edit into a noisy multi-line diff.
 _NO_FOLDING = 1 << 30
 
-_dumper_class: Any = None
+
+class ReadableDumper(yaml.SafeDumper):
+    """SafeDumper with literal blocks for multi-line strings and indented lists."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        # Lists under a key are indented like mappings, as most editors write them.
+        super().increase_indent(flow, False)
 
 
-def _build_dumper_class() -> Any:
-    import yaml
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # PyYAML falls back to a quoted style by itself where a literal block cannot hold
+    # the text exactly (trailing spaces on a line, control characters).
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
-    class ReadableDumper(yaml.SafeDumper):
-        """SafeDumper with literal blocks for multi-line strings and indented lists."""
 
-        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-            # Lists under a key are indented like mappings, as most editors write them.
-            super().increase_indent(flow, False)
-
-    def represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-        # PyYAML falls back to a quoted style by itself where a literal block cannot hold
-        # the text exactly (trailing spaces on a line, control characters).
-        style = "|" if "\n" in value else None
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-    ReadableDumper.add_representer(str, represent_str)
-    return ReadableDumper
+ReadableDumper.add_representer(str, _represent_str)
 
 
 def _plain(value: Any) -> Any:
@@ -59,14 +57,9 @@ def _plain(value: Any) -> Any:
 
 def dump_yaml(data: Any) -> str:
     """``data`` (dicts, lists, strings, numbers, booleans, None) as readable YAML text."""
-    import yaml
-
-    global _dumper_class
-    if _dumper_class is None:
-        _dumper_class = _build_dumper_class()
     text: str = yaml.dump(
         _plain(data),
-        Dumper=_dumper_class,
+        Dumper=ReadableDumper,
         default_flow_style=False,
         sort_keys=False,
         allow_unicode=True,
