@@ -13,11 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputValidationError, UsageError
+from ..json_types import JSONObject, JSONValue
 from ..redaction import redact
 from ..runtime.validation import SchemaValidator
 from .build import ReadSet
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
     from ..runtime import ToolsetPreset
     from ..runtimes.rules import ProviderConfig, RuntimeRule
     from .prompt_tests import CompiledTest
@@ -54,9 +57,9 @@ class ChoiceOption:
 
     name: str
     description: str | None = None
-    value: Any = None
+    value: JSONValue = None
     method: str | None = None
-    schema: Mapping[str, Any] | None = None
+    schema: Mapping[str, JSONValue] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,7 @@ class RetryPolicy:
     max_validation_retries: int | None = None
 
 
-def _repr_hiding(obj: Any, secrets: Iterable[str]) -> str:
+def _repr_hiding(obj: DataclassInstance, secrets: Iterable[str]) -> str:
     """The dataclass repr of ``obj`` with every one of ``secrets`` replaced by ``***``: any
     text of an agent file (a prompt, a var, a default) may hold a value read from the
     environment."""
@@ -85,10 +88,10 @@ def _did_you_mean(name: str, names: list[str]) -> str:
 
 def prompt_version(
     templates: Iterable[CompiledTemplate | None],
-    response_format: Any,
-    choices: Any,
+    response_format: Mapping[str, JSONValue] | None,
+    choices: Iterable[ChoiceOption],
     options: ExecOptions,
-    variables: Mapping[str, Any],
+    variables: Mapping[str, JSONValue],
 ) -> str:
     """A short hash of what shapes a method's requests, stable across runs and machines.
 
@@ -111,7 +114,7 @@ def prompt_version(
     return digest.hexdigest()[:12]
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     return repr(value)
@@ -124,14 +127,14 @@ class Method:
     agent: str
     name: str
     description: str | None
-    inputs: Mapping[str, Any]
-    input_schema: Mapping[str, Any]
+    inputs: Mapping[str, JSONValue]
+    input_schema: Mapping[str, JSONValue]
     input_validator: SchemaValidator
     prompt: CompiledTemplate
     instructions: CompiledTemplate | None
-    response_format: Mapping[str, Any] | None
+    response_format: Mapping[str, JSONValue] | None
     options: ExecOptions
-    variables: Mapping[str, Any] = field(default_factory=dict)
+    variables: Mapping[str, JSONValue] = field(default_factory=dict)
     toolset: str | None = None
     tools_allow: tuple[str, ...] | None = None
     tools_deny: tuple[str, ...] | None = None
@@ -163,7 +166,7 @@ class Method:
             if template is not None:
                 template.prepare()
 
-    def prepare_inputs(self, given: Mapping[str, Any]) -> dict[str, Any]:
+    def prepare_inputs(self, given: Mapping[str, JSONValue]) -> JSONObject:
         """The inputs with defaults applied, checked against the declared schema.
 
         Raises ``InputValidationError`` (exit 2) naming every problem.
@@ -191,10 +194,10 @@ class Method:
             )
         return values
 
-    def render(self, inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def render(self, inputs: Mapping[str, JSONValue]) -> list[JSONObject]:
         """The content blocks for one call: instructions as a system block, then the prompt."""
         context = {**self.variables, **inputs}
-        blocks: list[dict[str, Any]] = []
+        blocks: list[JSONObject] = []
         if self.instructions is not None:
             system = self.instructions.render(context)
             if system.strip():

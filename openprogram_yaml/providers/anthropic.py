@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
+from ..json_types import JSONValue
 from ..runtimes.failures import failure_from_body_error
 from ..runtimes.protocol import (
     Capabilities,
@@ -337,7 +338,7 @@ def parse_message(
         return failure_from_body_error(data.get("error"), provider=runtime.provider)
     text: list[str] = []
     thinking: list[str] = []
-    thinking_blocks: list[dict[str, Any]] = []
+    thinking_blocks: list[JSONValue] = []
     calls: list[ToolCall] = []
     for i, raw_block in enumerate(shape.list_at(data, "content")):
         where = f"content[{i}]"
@@ -456,7 +457,7 @@ class _EventAssembler(StreamAssembler):
     def result(self) -> RuntimeResult:
         text: list[str] = []
         thinking: list[str] = []
-        thinking_blocks: list[dict[str, Any]] = []
+        thinking_blocks: list[JSONValue] = []
         calls: list[ToolCall] = []
         for index in sorted(self.blocks):
             block = self.blocks[index]

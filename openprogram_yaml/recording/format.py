@@ -17,9 +17,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import overload
 
 from ..errors import ConfigError
+from ..json_types import JSONObject, JSONValue
 from ..redaction import REDACTED, redact, secrets_in_options
 from ..runtimes.protocol import (
     Capabilities,
@@ -76,7 +77,7 @@ FILE_HEADER = (
 # --- the canonical request ---------------------------------------------------------------
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> JSONValue:
     """``value`` as JSON-ready data; unknown objects by ``str`` (never by ``repr``)."""
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -87,10 +88,10 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _content(content: str | list[dict[str, Any]]) -> Any:
+def _content(content: str | list[JSONObject]) -> JSONValue:
     if isinstance(content, str):
         return content
-    blocks: list[Any] = []
+    blocks: list[JSONValue] = []
     for block in content:
         data = block.get("data")
         if isinstance(data, str):
@@ -101,14 +102,14 @@ def _content(content: str | list[dict[str, Any]]) -> Any:
     return blocks
 
 
-def _message(message: Message | Mapping[str, Any]) -> dict[str, Any]:
+def _message(message: Message | Mapping[str, object]) -> JSONObject:
     if isinstance(message, Mapping):
         return {
             str(k): _plain(v)
             for k, v in message.items()
             if v is not None and v is not False and v != []
         }
-    out: dict[str, Any] = {"role": message.role, "content": _content(message.content)}
+    out: JSONObject = {"role": message.role, "content": _content(message.content)}
     if message.tool_calls:
         out["tool_calls"] = [_tool_call(c) for c in message.tool_calls]
     if message.tool_call_id is not None:
@@ -120,14 +121,14 @@ def _message(message: Message | Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _tool_call(call: ToolCall) -> dict[str, Any]:
+def _tool_call(call: ToolCall) -> JSONObject:
     return {"id": call.id, "name": call.name, "arguments": call.arguments}
 
 
-def _tool(tool: ToolSpec | Mapping[str, Any]) -> dict[str, Any]:
+def _tool(tool: ToolSpec | Mapping[str, object]) -> JSONObject:
     if isinstance(tool, Mapping):
         return {str(k): _plain(v) for k, v in tool.items()}
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "name": tool.name,
         "description": tool.description,
         "parameters": _plain(tool.parameters),
@@ -141,8 +142,8 @@ def canonical_request(
     prompt: str | Sequence[Message],
     *,
     system_prompt: str | None = None,
-    options: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
+    options: Mapping[str, object] | None = None,
+) -> JSONObject:
     """What a turn asks of the model, as plain data: the part a recording must match.
 
     Optional fields are left out when unset, so that files stay short and an option added
@@ -150,12 +151,12 @@ def canonical_request(
     """
     options = options or {}
     messages = [Message("user", prompt)] if isinstance(prompt, str) else list(prompt)
-    request: dict[str, Any] = {}
+    request: JSONObject = {}
     if system_prompt is not None:
         request["system_prompt"] = system_prompt
     request["messages"] = [_message(m) for m in messages]
     tools = options.get("tools")
-    if tools:
+    if tools and isinstance(tools, list | tuple):
         request["tools"] = [_tool(t) for t in tools]
     for name in REQUEST_OPTIONS:
         value = options.get(name)
@@ -164,7 +165,7 @@ def canonical_request(
     return request
 
 
-def request_key(request: Mapping[str, Any]) -> str:
+def request_key(request: Mapping[str, object]) -> str:
     """A short sha256 of the request's canonical JSON (sorted keys)."""
     text = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:_KEY_CHARS]
@@ -203,7 +204,7 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
-def selection_secrets(selector: Any, model_ref: str | None) -> set[str]:
+def selection_secrets(selector: object, model_ref: str | None) -> set[str]:
     """The key, header values and key variable's value a selector would give a runtime."""
     explain = getattr(selector, "explain", None)
     if model_ref is None or not callable(explain):
@@ -229,11 +230,15 @@ class Redactor:
             text = pattern.sub(replacement, text)
         return text
 
-    def data(self, value: Any) -> Any:
+    @overload
+    def data(self, value: JSONObject) -> JSONObject: ...
+    @overload
+    def data(self, value: JSONValue) -> JSONValue: ...
+    def data(self, value: JSONValue) -> JSONValue:
         if isinstance(value, str):
             return self.text(value)
-        if isinstance(value, Mapping):
-            return {self.data(k): self.data(v) for k, v in value.items()}
+        if isinstance(value, dict):
+            return {self.text(k): self.data(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self.data(v) for v in value]
         return value
@@ -242,12 +247,12 @@ class Redactor:
 # --- recordings on disk ------------------------------------------------------------------
 
 
-def response_record(result: RuntimeResult) -> dict[str, Any]:
+def response_record(result: RuntimeResult) -> JSONObject:
     return {
         "content": result.content,
         "tool_calls": [_tool_call(c) for c in result.tool_calls],
         "thinking": result.thinking,
-        "usage": result.usage.to_dict() if result.usage is not None else None,
+        "usage": dict(result.usage.to_dict()) if result.usage is not None else None,
         "finish_reason": result.finish_reason,
         "refusal": result.refusal,
     }
@@ -270,9 +275,9 @@ class Recording:
     label: str
     key: str
     path: Path
-    request: dict[str, Any]
-    response: dict[str, Any]
-    recorded: dict[str, Any] = field(default_factory=dict)
+    request: JSONObject
+    response: JSONObject
+    recorded: JSONObject = field(default_factory=dict)
 
     def capabilities(self) -> Capabilities | None:
         caps = self.recorded.get("capabilities")
@@ -284,23 +289,25 @@ class Recording:
     def result(self, model_ref: str | None) -> RuntimeResult:
         response = self.response
         usage = response.get("usage")
+        calls = response.get("tool_calls")
         return RuntimeResult(
             content=str(response.get("content") or ""),
             tool_calls=[
                 ToolCall(str(c["id"]), str(c["name"]), str(c.get("arguments", "{}")))
-                for c in response.get("tool_calls") or []
+                for c in (calls if isinstance(calls, list) else [])
+                if isinstance(c, dict)
             ],
             thinking=str(response.get("thinking") or ""),
             usage=Usage(
-                int(usage.get("input_tokens", 0)),
-                int(usage.get("output_tokens", 0)),
-                int(usage.get("cache_read", 0)),
-                int(usage.get("cache_create", 0)),
+                _count(usage.get("input_tokens")),
+                _count(usage.get("output_tokens")),
+                _count(usage.get("cache_read")),
+                _count(usage.get("cache_create")),
             )
-            if isinstance(usage, Mapping)
+            if isinstance(usage, dict)
             else None,
-            finish_reason=response.get("finish_reason"),
-            refusal=response.get("refusal"),
+            finish_reason=_text_or_none(response.get("finish_reason")),
+            refusal=_text_or_none(response.get("refusal")),
             metadata={
                 "runtime": "replay",
                 "model": model_ref,
@@ -308,6 +315,15 @@ class Recording:
                 "recorded_model": self.recorded.get("model_ref"),
             },
         )
+
+
+def _count(value: JSONValue) -> int:
+    """A token count from a recording edited by hand: absent or not a number is 0."""
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def _text_or_none(value: JSONValue) -> str | None:
+    return None if value is None else str(value)
 
 
 class RecordingStore:
@@ -348,7 +364,7 @@ class RecordingStore:
             recorded = data.get("recorded")
             # The key is recomputed from the stored request, so a recording edited by hand
             # answers the request it now shows.
-            request: dict[str, Any] = data["request"]
+            request: JSONObject = data["request"]
             recording = Recording(
                 label=path.parent.name,
                 key=request_key(request),
@@ -373,8 +389,8 @@ class RecordingStore:
         return None
 
     def tool_results(
-        self, label: str, request: Mapping[str, Any], recording: Recording
-    ) -> dict[str, dict[str, Any]]:
+        self, label: str, request: Mapping[str, object], recording: Recording
+    ) -> JSONObject:
         """What the tool calls ``recording`` answers ``request`` with got when they were
         recorded: the tool messages of the recorded request that continues this one, by
         call id (empty when no recording continues it)."""
@@ -396,7 +412,7 @@ class RecordingStore:
                     or reply.get("tool_calls") != calls
                 ):
                     continue
-                results: dict[str, dict[str, Any]] = {}
+                results: JSONObject = {}
                 for message in following[n + 1 :]:
                     if not isinstance(message, Mapping) or message.get("role") != "tool":
                         break

@@ -163,7 +163,7 @@ class RecordingSelector:
                     "model_ref": model_ref,
                     "at": self._clock().astimezone(datetime.UTC).isoformat(timespec="seconds"),
                     "runtime": runtime_id,
-                    "capabilities": capabilities_record(capabilities),
+                    "capabilities": dict(capabilities_record(capabilities)),
                 }
             ),
         }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..runtime import Runtime
 from ..runtimes.protocol import RuntimeSelectorProtocol, SelectorWrapper
@@ -36,7 +36,7 @@ async def open_runtime(
     wrap_selector: SelectorWrapper | None = None,
     trace: SessionTrace | None = None,
     tool_gate: ToolGate | None = None,
-    on_retry: Callable[[RetryInfo], Any] | None = None,
+    on_retry: Callable[[RetryInfo], object] | None = None,
 ) -> AsyncIterator[Runtime]:
     """A ``Runtime`` set up from ``agent``'s model, retry policy and runtime rules.
 

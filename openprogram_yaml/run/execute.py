@@ -7,9 +7,10 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import OpenProgramError, UsageError
+from ..json_types import JSONValue
 from ..runtime.toolgate import ToolGate
 from .agent_runtime import open_runtime
 from .method import DEFAULT_MAX_STEPS, RunState, run_method
@@ -31,14 +32,14 @@ async def execute_run(
     stamp: VersionStamp,
     agent_name: str | None,
     method_name: str | None,
-    inputs: Mapping[str, Any],
+    inputs: Mapping[str, JSONValue],
     *,
     model: str | None = None,
     trace: SessionTrace | None = None,
     wrap_selector: SelectorWrapper | None = None,
     live_tools: bool = False,
     tool_doubles: Mapping[str, tuple[ToolDouble, ...]] | None = None,
-    on_retry: Callable[[RetryInfo], Any] | None = None,
+    on_retry: Callable[[RetryInfo], object] | None = None,
 ) -> RunRecord:
     """Run one method of ``program`` and describe the outcome; never raises for a failed run.
 

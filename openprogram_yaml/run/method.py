@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DecisionError, ToolError
+from ..json_types import JSONObject, JSONValue
 from ..runtime.context import current_method
 
 if TYPE_CHECKING:
@@ -26,18 +27,18 @@ class RunState:
     """The path one run takes through methods by ``choices``, and its bound."""
 
     max_steps: int = DEFAULT_MAX_STEPS
-    path: list[dict[str, Any]] = field(default_factory=list)
+    path: list[JSONObject] = field(default_factory=list)
 
-    def enter(self, agent: str, method: str) -> dict[str, Any]:
+    def enter(self, agent: str, method: str) -> JSONObject:
         if len(self.path) >= self.max_steps:
-            trail = " -> ".join(step["method"] for step in self.path)
+            trail = " -> ".join(str(step["method"]) for step in self.path)
             raise DecisionError(
                 f"the run passed through {len(self.path)} methods by choices ({trail}) and "
                 f"would enter '{method}'; max_steps is {self.max_steps}. Raise 'max_steps' or "
                 "change the choices so the run ends",
                 kind="max_steps",
             )
-        step: dict[str, Any] = {"agent": agent, "method": method}
+        step: JSONObject = {"agent": agent, "method": method}
         self.path.append(step)
         return step
 
@@ -45,11 +46,11 @@ class RunState:
 async def run_method(
     method: Method,
     runtime: Runtime,
-    inputs: Mapping[str, Any],
+    inputs: Mapping[str, JSONValue],
     *,
     model: str | None = None,
     state: RunState | None = None,
-) -> Any:
+) -> object:
     """Check the inputs, render, and call the model through ``runtime``.
 
     With ``choices``, the pick decides the result: a value, fields, or the result of the
@@ -76,12 +77,12 @@ async def run_method(
 async def _call(
     method: Method,
     runtime: Runtime,
-    given: Mapping[str, Any],
-    values: Mapping[str, Any],
+    given: Mapping[str, JSONValue],
+    values: Mapping[str, JSONValue],
     model: str | None,
     state: RunState,
-    step: dict[str, Any],
-) -> Any:
+    step: JSONObject,
+) -> object:
     content = method.render(values)
     opts = method.options
     kwargs: dict[str, Any] = {}
@@ -114,15 +115,15 @@ async def _call(
 def _choices(
     method: Method,
     runtime: Runtime,
-    values: Mapping[str, Any],
+    values: Mapping[str, JSONValue],
     model: str | None,
     state: RunState,
-    step: dict[str, Any],
-) -> dict[str, dict[str, Any]]:
+    step: JSONObject,
+) -> dict[str, dict[str, object]]:
     """The runtime's ``choices``: every option a callable, so the pick is recorded."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, object]] = {}
     for option in method.choices or ():
-        entry: dict[str, Any] = {"description": option.description or ""}
+        entry: dict[str, object] = {"description": option.description or ""}
         if option.method is not None:
             target = method.linked[option.method]
             entry["schema"] = option.schema or _continue_schema(target, values)
@@ -137,14 +138,19 @@ def _choices(
     return out
 
 
-def _continue_schema(target: Method, known: Mapping[str, Any]) -> dict[str, Any]:
+def _continue_schema(target: Method, known: Mapping[str, object]) -> JSONObject:
     """The fields a pick gives ``target``: its inputs the run does not already carry.
 
     Inputs the caller gave are carried over by name and not offered again, so the model
     cannot rewrite what the user said; it supplies only what is new.
     """
     offered = {n: s for n, s in target.inputs.items() if n not in known}
-    required = [n for n in target.input_schema.get("required", ()) if n in offered]
+    listed = target.input_schema.get("required")
+    required: list[JSONValue] = (
+        [n for n in listed if isinstance(n, str) and n in offered]
+        if isinstance(listed, list)
+        else []
+    )
     return {
         "type": "object",
         "properties": offered,
@@ -157,12 +163,12 @@ def _continue_with(
     name: str,
     target: Method,
     runtime: Runtime,
-    values: Mapping[str, Any],
+    values: Mapping[str, JSONValue],
     model: str | None,
     state: RunState,
-    step: dict[str, Any],
-) -> Callable[..., Any]:
-    async def go(**fields: Any) -> Any:
+    step: JSONObject,
+) -> Callable[..., Awaitable[object]]:
+    async def go(**fields: JSONValue) -> object:
         step["choice"] = name
         if fields:
             step["fields"] = fields
@@ -172,8 +178,8 @@ def _continue_with(
     return go
 
 
-def _settle(option: ChoiceOption, step: dict[str, Any]) -> Callable[..., Any]:
-    def pick(**fields: Any) -> Any:
+def _settle(option: ChoiceOption, step: JSONObject) -> Callable[..., object]:
+    def pick(**fields: JSONValue) -> object:
         step["choice"] = option.name
         if option.schema is not None:
             step["fields"] = fields
@@ -188,12 +194,12 @@ _active_method_tools: contextvars.ContextVar[tuple[str, ...]] = contextvars.Cont
 )
 
 
-def method_tool(name: str, method: Method, runtime: Runtime) -> dict[str, Any]:
+def method_tool(name: str, method: Method, runtime: Runtime) -> dict[str, object]:
     """A method offered to the model as a tool; it runs on the calling runtime."""
 
     key = f"{method.agent}.{method.name}"
 
-    async def execute(**arguments: Any) -> Any:
+    async def execute(**arguments: JSONValue) -> object:
         active = _active_method_tools.get()
         if key in active:
             # Without this a model (or the offline test model, which calls every tool it is

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._file_writes import append_lines
+from ..json_types import JSONValue
 from ..redaction import env_secrets, redact, secrets_in_options
 from .version import VersionStamp
 
@@ -35,7 +36,7 @@ class RunRecord:
 
     agent: str
     method: str
-    inputs: Mapping[str, Any]
+    inputs: Mapping[str, JSONValue]
     version: VersionStamp
     model: str | None = None
     status: Status = "ok"

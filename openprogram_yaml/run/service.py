@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._file_writes import cannot_write
+from ..json_types import JSONValue
 from .execute import execute_run
 from .record import RecordLog, RunRecord
 from .version import VersionStamp
@@ -48,7 +49,7 @@ class RunService:
         self,
         agent: str | None,
         method: str | None,
-        inputs: Mapping[str, Any],
+        inputs: Mapping[str, JSONValue],
         *,
         model: str | None = None,
         trace: SessionTrace | None = None,
@@ -70,7 +71,7 @@ class RunService:
         stamp: VersionStamp,
         agent: str | None,
         method: str | None,
-        inputs: Mapping[str, Any],
+        inputs: Mapping[str, JSONValue],
         *,
         model: str | None,
         trace: SessionTrace | None,

@@ -13,8 +13,9 @@ import asyncio
 import inspect
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtimes.failures import classify_exception
 from openprogram_yaml.runtimes.protocol import (
     Capabilities,
@@ -23,14 +24,16 @@ from openprogram_yaml.runtimes.protocol import (
     RuntimeResult,
 )
 
-__all__ = ["CallableRuntime", "content_blocks"]
+__all__ = ["CallFn", "CallableRuntime", "content_blocks"]
+
+#: The seed's ``call=`` function: ``fn(content, model, response_format)``, sync or async,
+#: replying with text (or JSON data, which is serialised and validated like text).
+CallFn: TypeAlias = "Callable[[list[JSONObject], str, JSONObject | None], object]"
 
 
-def content_blocks(
-    prompt: str | Sequence[Message], system_prompt: str | None
-) -> list[dict[str, Any]]:
+def content_blocks(prompt: str | Sequence[Message], system_prompt: str | None) -> list[JSONObject]:
     """The blocks a ``call=`` function receives for one turn."""
-    blocks: list[dict[str, Any]] = []
+    blocks: list[JSONObject] = []
     if system_prompt:
         blocks.append({"type": "text", "text": system_prompt, "role": "system"})
     if isinstance(prompt, str):
@@ -40,7 +43,7 @@ def content_blocks(
         if message.role == "user" and isinstance(message.content, list):
             blocks.extend(message.content)
         elif message.role == "user":
-            blocks.append({"type": "text", "text": message.content})
+            blocks.append({"type": "text", "text": message.text()})
         elif message.text():
             blocks.append({"type": "text", "text": message.text(), "role": message.role})
     return blocks
@@ -55,7 +58,7 @@ class CallableRuntime:
 
     provider = "callable"
 
-    def __init__(self, fn: Callable[..., Any], *, native_json_schema: bool = True) -> None:
+    def __init__(self, fn: CallFn, *, native_json_schema: bool = True) -> None:
         self.fn = fn
         self._is_async = inspect.iscoroutinefunction(fn)
         self._caps = Capabilities(
@@ -85,11 +88,11 @@ class CallableRuntime:
         response_format = kwargs.get("response_format")
         try:
             if self._is_async:
-                reply = await self.fn(content, model, response_format)
+                reply = self.fn(content, model, response_format)
             else:
                 reply = await asyncio.to_thread(self.fn, content, model, response_format)
-                if inspect.isawaitable(reply):
-                    reply = await reply
+            if inspect.isawaitable(reply):
+                reply = await reply
         except (TypeError, NotImplementedError):
             raise
         except Exception as exc:

@@ -15,20 +15,20 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from openprogram_yaml.errors import DecisionError
+from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.content import assistant_reply
-from openprogram_yaml.runtime.schemas import validator_for
 from openprogram_yaml.runtime.toolloop import call_maybe_async
 from openprogram_yaml.runtime.turn_end import UNSET, Done, Redo, Unset
+from openprogram_yaml.runtime.validators import validator_for
 from openprogram_yaml.runtimes.protocol import Capabilities, Message, RuntimeResult, ToolSpec
 
-__all__ = ["Choice", "ChoiceSet", "ChoiceTerminal", "find_last_pick", "normalize_choices"]
+__all__ = ["Choice", "ChoiceSet", "ChoiceTerminal", "Pick", "find_last_pick", "normalize_choices"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,56}$")
 _TOOL_PREFIX = "choose_"
-_EMPTY_OBJECT: dict[str, Any] = {"type": "object", "properties": {}}
+_EMPTY_OBJECT: JSONObject = {"type": "object", "properties": {}}
 _PY_TYPES = {
     "str": "string",
     "int": "integer",
@@ -45,9 +45,9 @@ class Choice:
 
     name: str
     description: str = ""
-    value: Any = UNSET
-    method: Callable[..., Any] | None = None
-    schema: Mapping[str, Any] | None = None
+    value: object = UNSET
+    method: Callable[..., object] | None = None
+    schema: JSONObject | None = None
 
     @property
     def kind(self) -> str:
@@ -57,8 +57,16 @@ class Choice:
             return "schema"
         return "value"
 
-    def fields_schema(self) -> Mapping[str, Any]:
+    def fields_schema(self) -> JSONObject:
         return self.schema if self.schema is not None else _EMPTY_OBJECT
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """A valid pick: the option and the fields the model gave with it."""
+
+    choice: Choice
+    fields: JSONObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +77,7 @@ class ChoiceSet:
     max_repicks: int = 1
 
 
-def _annotation_schema(annotation: Any) -> dict[str, Any]:
+def _annotation_schema(annotation: object) -> JSONObject:
     name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
     origin = getattr(annotation, "__origin__", None)
     if origin is not None:
@@ -78,14 +86,14 @@ def _annotation_schema(annotation: Any) -> dict[str, Any]:
     return {"type": _PY_TYPES[base]} if base in _PY_TYPES else {}
 
 
-def _signature_schema(fn: Callable[..., Any]) -> dict[str, Any]:
+def _signature_schema(fn: Callable[..., object]) -> JSONObject:
     """An arguments schema from ``fn``'s parameters: required when they have no default."""
     try:
         sig = inspect.signature(fn, eval_str=True)
     except (NameError, TypeError, ValueError):
         sig = inspect.signature(fn)
-    props: dict[str, Any] = {}
-    required: list[str] = []
+    props: JSONObject = {}
+    required: list[JSONValue] = []
     for param in sig.parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param.name == "self":
             continue
@@ -97,7 +105,7 @@ def _signature_schema(fn: Callable[..., Any]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required}
 
 
-def _choice(name: Any, spec: Any) -> Choice:
+def _choice(name: object, spec: object) -> Choice:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"choice names must match [A-Za-z0-9_-]{{1,56}}, not {name!r}")
     if spec is None:
@@ -137,7 +145,7 @@ def _choice(name: Any, spec: Any) -> Choice:
 _cache: dict[int, tuple[object, ChoiceSet]] = {}
 
 
-def normalize_choices(choices: Any) -> ChoiceSet:
+def normalize_choices(choices: object) -> ChoiceSet:
     """A ``ChoiceSet`` from a mapping of name → option, a list of names or option mappings."""
     if isinstance(choices, ChoiceSet):
         return choices
@@ -167,24 +175,28 @@ def normalize_choices(choices: Any) -> ChoiceSet:
     return result
 
 
-def _branch(choice: Choice) -> dict[str, Any]:
+def _branch(choice: Choice) -> JSONObject:
     """The schema of a whole pick of ``choice``: the decision plus the option's fields."""
     fields = choice.fields_schema()
-    tag = {"decision": {"const": choice.name}}
+    tag: JSONObject = {"decision": {"const": choice.name}}
     if "$ref" not in fields and fields.get("type", "object") == "object":
+        # The option's schema was checked when the choices were built: these are JSON
+        # Schema's object and array.
+        properties = fields.get("properties", {})
+        required = fields.get("required", [])
         branch = {k: v for k, v in fields.items() if k not in ("properties", "required")}
         branch["type"] = "object"
-        branch["properties"] = {**tag, **dict(fields.get("properties", {}))}
-        branch["required"] = ["decision", *fields.get("required", [])]
+        branch["properties"] = {**tag, **(properties if isinstance(properties, dict) else {})}
+        branch["required"] = ["decision", *(required if isinstance(required, list) else [])]
         return branch
-    head = {"type": "object", "properties": tag, "required": ["decision"]}
+    head: JSONObject = {"type": "object", "properties": tag, "required": ["decision"]}
     return {"allOf": [head, dict(fields)]}
 
 
-def find_last_pick(text: str) -> dict[str, Any] | None:
+def find_last_pick(text: str) -> JSONObject | None:
     """The last JSON object in ``text`` that has a ``decision`` key."""
     decoder = json.JSONDecoder()
-    best: tuple[int, dict[str, Any]] | None = None
+    best: tuple[int, JSONObject] | None = None
     for match in re.finditer(r"\{", text):
         try:
             value, end = decoder.raw_decode(text, match.start())
@@ -222,7 +234,7 @@ class ChoiceTerminal:
             self.mode = "text"
         self.name = f"choices:{self.mode}"
         opts = choice_set.options.values()
-        self.response_format: dict[str, Any] | None = None
+        self.response_format: JSONObject | None = None
         self.hidden_tools: tuple[ToolSpec, ...] = ()
         if self.mode == "native":
             self.response_format = {
@@ -257,14 +269,14 @@ class ChoiceTerminal:
             )
         return "\n".join(lines)
 
-    def tool_choice(self, has_user_tools: bool) -> Any:
+    def tool_choice(self, has_user_tools: bool) -> str | JSONObject | Unset:
         if self.mode != "tool" or has_user_tools:
             return UNSET
         if len(self.hidden_tools) == 1:
             return {"type": "function", "name": self.hidden_tools[0].name}
         return "required"
 
-    def check(self, pick: Any) -> tuple[Choice, dict[str, Any]]:
+    def check(self, pick: JSONValue) -> tuple[Choice, JSONObject]:
         """The option and fields of a valid pick; ``DecisionError`` naming the problem."""
         names = ", ".join(self.choices.options)
         if not isinstance(pick, dict) or "decision" not in pick:
@@ -289,7 +301,7 @@ class ChoiceTerminal:
         if (
             set(fields) == {"arguments"}
             and isinstance(fields["arguments"], dict)
-            and ("arguments" not in declared)
+            and not (isinstance(declared, dict) and "arguments" in declared)
         ):
             fields = dict(fields["arguments"])  # a common shape; accept it
         if choice.kind == "value":
@@ -324,13 +336,13 @@ class ChoiceTerminal:
                     ) from None
                 if not isinstance(fields, dict):
                     fields = {"arguments": fields}
-                pick: Any = {"decision": picks[0].name[len(_TOOL_PREFIX) :], **fields}
+                pick: JSONValue = {"decision": picks[0].name[len(_TOOL_PREFIX) :], **fields}
             else:
                 pick = find_last_pick(result.content)
             choice, fields = self.check(pick)
         except DecisionError as exc:
             return self._redo(result, exc)
-        return Done((choice, fields))
+        return Done(Pick(choice, fields))
 
     @property
     def _tool_names(self) -> frozenset[str]:
@@ -352,7 +364,7 @@ class ChoiceTerminal:
         return Redo([assistant, Message("user", feedback)], error.kind, error.issues, error)
 
 
-async def resolve_choice(choice: Choice, fields: dict[str, Any]) -> Any:
+async def resolve_choice(choice: Choice, fields: JSONObject) -> object:
     """What ``exec`` returns for a valid pick."""
     if choice.method is not None:
         is_async = inspect.iscoroutinefunction(choice.method)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import base64
 import mimetypes
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from openprogram_yaml.json_types import JSONObject
+from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtimes.protocol import Message, RuntimeResult
 
 __all__ = ["render_content"]
@@ -20,11 +20,13 @@ __all__ = ["render_content"]
 _MEDIA = ("image", "video", "audio")
 
 
-def _media_block(block: Mapping[str, Any]) -> JSONObject:
+def _media_block(block: Mapping[str, JSONValue]) -> JSONObject:
     """A media block with inline ``data`` (a ``path`` is read and base64-encoded)."""
     out = dict(block)
-    path = out.pop("path", None)
+    path: object = out.pop("path", None)
     if path is not None and "data" not in out:
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"expected str, bytes or os.PathLike object, not {type(path).__name__}")
         raw = Path(path).read_bytes()
         out["data"] = base64.b64encode(raw).decode("ascii")
         out.setdefault(
@@ -33,7 +35,7 @@ def _media_block(block: Mapping[str, Any]) -> JSONObject:
     return out
 
 
-def render_content(content: str | Sequence[Any]) -> tuple[Message, list[str]]:
+def render_content(content: str | Sequence[object]) -> tuple[Message, list[str]]:
     """The user message for ``content`` and the text of blocks marked ``"role": "system"``."""
     if isinstance(content, str):
         return Message("user", content), []
@@ -71,9 +73,9 @@ def assistant_reply(result: RuntimeResult) -> Message:
     continuation that drops them.
     """
     blocks = result.metadata.get("thinking_blocks") if result.metadata else None
-    if not blocks:
+    if not blocks or not isinstance(blocks, list):
         return Message("assistant", result.content, list(result.tool_calls))
-    content: list[JSONObject] = [dict(b) for b in blocks]
+    content: list[JSONObject] = [dict(b) for b in blocks if isinstance(b, dict)]
     if result.content:
         content.append({"type": "text", "text": result.content})
     return Message("assistant", content, list(result.tool_calls))

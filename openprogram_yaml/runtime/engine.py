@@ -11,9 +11,10 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from openprogram_yaml.errors import ErrorReason, LLMError
+from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.retry import RecoveryBudget, RetryInfo, backoff_delay
 from openprogram_yaml.runtime.toolgate import RECORDED_TOOL_RESULTS
@@ -49,10 +50,10 @@ class StreamEmitter:
 
     __slots__ = ("callback",)
 
-    def __init__(self, callback: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, callback: Callable[[JSONObject], None]) -> None:
         self.callback = callback
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: JSONObject) -> None:
         with contextlib.suppress(Exception):  # observers must not break the run
             self.callback(event)
 
@@ -65,16 +66,16 @@ class StreamEmitter:
 def turn_kwargs(
     offered: Mapping[str, Tool],
     terminal: Terminal,
-    tool_choice: str | dict[str, Any] | Unset,
+    tool_choice: str | JSONObject | Unset,
     parallel_tool_calls: bool | Unset,
     caps: Capabilities,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The tool and format ``run_turn`` kwargs every turn of an exec shares.
 
     ``tool_choice`` and ``parallel_tool_calls`` are sent only when the caller set them (or,
     for ``tool_choice``, when the terminal must force its hidden tool).
     """
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for hidden in terminal.hidden_tools:
         if hidden.name in offered:
             raise ValueError(f"tool name {hidden.name!r} is reserved for structured output")
@@ -100,15 +101,19 @@ def turn_kwargs(
     return kwargs
 
 
-def message_record(message: Message) -> dict[str, Any]:
-    content: Any = message.content
-    if isinstance(content, list):
-        # Media payloads would swamp the trace; keep their shape, not their bytes.
-        content = [
-            {**b, "data": f"<{len(b['data'])} chars>"} if isinstance(b.get("data"), str) else b
-            for b in content
-        ]
-    record: dict[str, Any] = {"role": message.role, "content": content}
+def _without_bytes(block: JSONObject) -> JSONValue:
+    # Media payloads would swamp the trace; keep their shape, not their bytes.
+    data = block.get("data")
+    return {**block, "data": f"<{len(data)} chars>"} if isinstance(data, str) else block
+
+
+def message_record(message: Message) -> JSONObject:
+    content: JSONValue = (
+        [_without_bytes(b) for b in message.content]
+        if isinstance(message.content, list)
+        else message.content
+    )
+    record: JSONObject = {"role": message.role, "content": content}
     if message.tool_calls:
         record["tool_calls"] = [
             {"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls
@@ -131,11 +136,11 @@ class ExecRun:
     terminal: Terminal
     messages: list[Message]
     system_prompt: str | None
-    kwargs: dict[str, Any]
+    kwargs: dict[str, object]
     runner: ToolRunner
     max_iterations: int
     timeout_s: float | None
-    on_retry: Callable[[RetryInfo], Any] | None
+    on_retry: Callable[[RetryInfo], object] | None
     emit: StreamEmitter | None
     streams: bool
     budget: RecoveryBudget
@@ -143,12 +148,12 @@ class ExecRun:
     deadline: float | None = None
     usage: Usage | None = None
     turns: int = 0
-    attempts: list[dict[str, Any]] | None = None
-    repairs: list[dict[str, Any]] | None = None
-    pick: dict[str, Any] | None = None
+    attempts: list[JSONObject] | None = None
+    repairs: list[JSONObject] | None = None
+    pick: JSONObject | None = None
     node: TraceNode | None = None
 
-    async def run(self) -> Any:
+    async def run(self) -> object:
         clock = self.owner.clock
         self.started = clock()
         if self.timeout_s is not None:
@@ -162,7 +167,7 @@ class ExecRun:
             if self.node is not None:
                 self._record()
 
-    async def _loop(self) -> Any:
+    async def _loop(self) -> object:
         terminal = self.terminal
         iterations = 0
         redos = 0
@@ -180,9 +185,10 @@ class ExecRun:
                         ErrorReason.MAX_ITERATIONS,
                     )
                 self.messages.append(assistant_reply(result))
+                recorded = result.metadata.get(RECORDED_TOOL_RESULTS)
                 self.messages.extend(
                     await self.runner.run(
-                        result.tool_calls, result.metadata.get(RECORDED_TOOL_RESULTS)
+                        result.tool_calls, recorded if isinstance(recorded, dict) else None
                     )
                 )
                 continue
@@ -193,30 +199,31 @@ class ExecRun:
             redos += 1
             if self.repairs is None:
                 self.repairs = []
-            self.repairs.append({"code": outcome.code, "issues": outcome.issues})
+            self.repairs.append({"code": outcome.code, "issues": [*outcome.issues]})
             if self.emit is not None and terminal.budgeted:
                 self.emit(
                     {
                         "type": "structured_output_retry",
                         "attempt": redos,
                         "code": outcome.code,
-                        "issues": outcome.issues,
+                        "issues": [*outcome.issues],
                     }
                 )
             self.messages.extend(outcome.messages)
         if terminal.picks_choice:
             # Loaded only by runs that pick: most methods have no ``choices``.
-            from openprogram_yaml.runtime.choices import ChoiceTerminal, resolve_choice
+            from openprogram_yaml.runtime.choices import ChoiceTerminal, Pick, resolve_choice
 
             assert isinstance(terminal, ChoiceTerminal)
-            choice, fields = outcome.value
+            picked = outcome.value
+            assert isinstance(picked, Pick)
             self.pick = {
-                "decision": choice.name,
-                "fields": fields,
+                "decision": picked.choice.name,
+                "fields": picked.fields,
                 "repicks": redos,
                 "mode": terminal.mode,
             }
-            return await resolve_choice(choice, fields)
+            return await resolve_choice(picked.choice, picked.fields)
         return outcome.value
 
     # --- one model request, with transport retries ---------------------------------------

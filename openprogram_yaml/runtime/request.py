@@ -7,13 +7,14 @@ instead of re-listing every parameter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from openprogram_yaml.json_types import JSONObject
+from openprogram_yaml.runtime.callable import CallFn
 from openprogram_yaml.runtime.retry import RetryInfo
 from openprogram_yaml.runtime.turn_end import UNSET, Unset
+from openprogram_yaml.runtimes.protocol import AgentRuntimeProtocol
 
 __all__ = ["ExecRequest"]
 
@@ -22,10 +23,10 @@ __all__ = ["ExecRequest"]
 class ExecRequest:
     """What ``async_exec`` was asked for (``context``, legacy and ignored, is left out)."""
 
-    content: str | Sequence[Any]
-    response_format: Any = None
+    content: str | Sequence[object]
+    response_format: object = None
     model: str | None = None
-    tools: Sequence[Any] | None = None
+    tools: Sequence[object] | None = None
     toolset: str | None = None
     tools_source: Sequence[str] | None = None
     tools_allow: Sequence[str] | None = None
@@ -33,21 +34,23 @@ class ExecRequest:
     tool_choice: str | JSONObject | Unset = UNSET
     parallel_tool_calls: bool | Unset = UNSET
     max_iterations: int = 20
-    choices: Any = None
+    choices: object = None
     timeout_s: float | None = None
     on_retry: Callable[[RetryInfo], object] | None = None
     web_search: bool = False
     #: A runtime (``.run_turn``) or a callable answering every turn of this exec.
-    stream_fn: Any = None
+    stream_fn: AgentRuntimeProtocol | CallFn | None = None
     max_validation_retries: int | None = None
-    model_options: Mapping[str, Any] | None = None
+    model_options: Mapping[str, object] | None = None
 
-    def traced_options(self) -> JSONObject:
+    def traced_options(self) -> dict[str, object]:
         """The options as the session trace records them (``None`` for unset ones)."""
         choices = self.choices
+        if isinstance(choices, Iterable) and not isinstance(choices, list):
+            choices = list(choices)  # a mapping's option names
         return {
             "response_format": self.response_format,
-            "choices": choices if choices is None or isinstance(choices, list) else list(choices),
+            "choices": choices,
             "model": self.model,
             "tools": None if self.tools is None else [getattr(t, "name", t) for t in self.tools],
             "toolset": self.toolset,

@@ -16,10 +16,10 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from openprogram_yaml.json_types import JSONObject
-from openprogram_yaml.runtime.callable import CallableRuntime
+from openprogram_yaml.runtime.callable import CallableRuntime, CallFn
 from openprogram_yaml.runtime.content import render_content
 from openprogram_yaml.runtime.engine import ExecRun, StreamEmitter, message_record, turn_kwargs
 from openprogram_yaml.runtime.request import ExecRequest
@@ -53,6 +53,8 @@ from openprogram_yaml.runtimes.protocol import (
     RuntimeSelectorProtocol,
     Usage,
     capabilities_of,
+    is_runtime,
+    is_selector,
 )
 
 __all__ = ["Runtime"]
@@ -74,7 +76,7 @@ class Runtime:
 
     def __init__(
         self,
-        call: Callable[..., Any] | None = None,
+        call: CallFn | None = None,
         model: str = "default",
         max_retries: int | None = None,
         api_key: str | None = None,
@@ -83,15 +85,15 @@ class Runtime:
         runtimes: RuntimeSelectorProtocol | AgentRuntimeProtocol | None = None,
         backoff_base_s: float | None = None,
         clock: Callable[[], float] | None = None,
-        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        sleep: Callable[[float], Awaitable[object]] | None = None,
         random: Callable[[], float] | None = None,
         on_stream: Callable[[JSONObject], None] | None = None,
         trace: SessionTrace | None = None,
-        tools: Iterable[Any] = (),
+        tools: Iterable[object] = (),
         toolsets: Mapping[str, ToolsetPreset] | None = None,
         max_validation_retries: int = DEFAULT_VALIDATION_RETRIES,
         tool_gate: ToolGate | None = None,
-        on_retry: Callable[[RetryInfo], Any] | None = None,
+        on_retry: Callable[[RetryInfo], object] | None = None,
     ) -> None:
         self.model = model
         self.max_retries = resolve_max_retries(max_retries)
@@ -108,7 +110,7 @@ class Runtime:
         self.total_usage = Usage()
         self.trace = trace
         self.clock: Callable[[], float] = clock or time.monotonic
-        self.sleep: Callable[[float], Awaitable[Any]] = sleep or asyncio.sleep
+        self.sleep: Callable[[float], Awaitable[object]] = sleep or asyncio.sleep
         self.random: Callable[[], float] = random or _random.random
         if max_validation_retries not in (0, 1, 2):
             raise ValueError("max_validation_retries must be 0, 1 or 2")
@@ -127,10 +129,10 @@ class Runtime:
         if runtimes is not None and call is not None:
             raise TypeError("pass call= or runtimes=, not both")
         if runtimes is not None:
-            if callable(getattr(runtimes, "select", None)):
-                self._selector = cast(RuntimeSelectorProtocol, runtimes)
-            elif callable(getattr(runtimes, "run_turn", None)):
-                self._fixed = cast(AgentRuntimeProtocol, runtimes)
+            if is_selector(runtimes):
+                self._selector = runtimes
+            elif is_runtime(runtimes):
+                self._fixed = runtimes
             else:
                 raise TypeError("runtimes= must be a selector (.select) or a runtime (.run_turn)")
         elif call is not None:
@@ -157,7 +159,7 @@ class Runtime:
         content: list[JSONObject],
         model: str = "default",
         response_format: JSONObject | None = None,
-    ) -> Any:
+    ) -> object:
         """Override to call a model once, synchronously (no retries: exec wraps it)."""
         raise NotImplementedError(
             "no provider configured: pass call=, a provider:model, or subclass"
@@ -168,13 +170,13 @@ class Runtime:
         content: list[JSONObject],
         model: str = "default",
         response_format: JSONObject | None = None,
-    ) -> Any:
+    ) -> object:
         """Override to call a model once, asynchronously. Defaults to ``_call`` in a thread."""
         return await asyncio.to_thread(self._call, content, model, response_format)
 
     # --- tools --------------------------------------------------------------------------
 
-    def register_tools(self, *tools: Any) -> None:
+    def register_tools(self, *tools: object) -> None:
         """Add tools to the set an exec gets by default (``tools=None``)."""
         for obj in tools:
             tool = as_tool(obj)
@@ -188,10 +190,12 @@ class Runtime:
 
     # --- exec ---------------------------------------------------------------------------
 
-    def _runtime_for(self, model_ref: str, stream_fn: Any) -> AgentRuntimeProtocol:
+    def _runtime_for(
+        self, model_ref: str, stream_fn: AgentRuntimeProtocol | CallFn | None
+    ) -> AgentRuntimeProtocol:
         if stream_fn is not None:
-            if callable(getattr(stream_fn, "run_turn", None)):
-                return stream_fn  # type: ignore[no-any-return]
+            if is_runtime(stream_fn):
+                return stream_fn
             return CallableRuntime(stream_fn)
         if self._fixed is not None:
             return self._fixed
@@ -216,11 +220,11 @@ class Runtime:
 
     def exec(
         self,
-        content: str | Sequence[Any],
-        context: Any = None,
-        response_format: Any = None,
+        content: str | Sequence[object],
+        context: object = None,
+        response_format: object = None,
         model: str | None = None,
-        tools: Sequence[Any] | None = None,
+        tools: Sequence[object] | None = None,
         toolset: str | None = None,
         tools_source: Sequence[str] | None = None,
         tools_allow: Sequence[str] | None = None,
@@ -228,13 +232,13 @@ class Runtime:
         tool_choice: str | JSONObject | Unset = UNSET,
         parallel_tool_calls: bool | Unset = UNSET,
         max_iterations: int = 20,
-        choices: Any = None,
+        choices: object = None,
         timeout_s: float | None = None,
-        on_retry: Callable[[RetryInfo], Any] | None = None,
+        on_retry: Callable[[RetryInfo], object] | None = None,
         web_search: bool = False,
-        stream_fn: Any = None,
+        stream_fn: AgentRuntimeProtocol | CallFn | None = None,
         max_validation_retries: int | None = None,
-        model_options: Mapping[str, Any] | None = None,
+        model_options: Mapping[str, object] | None = None,
     ) -> Any:
         """Call the model (see ``async_exec``); blocks until the result is ready."""
         if self._closed:
@@ -265,11 +269,11 @@ class Runtime:
 
     async def async_exec(
         self,
-        content: str | Sequence[Any],
-        context: Any = None,
-        response_format: Any = None,
+        content: str | Sequence[object],
+        context: object = None,
+        response_format: object = None,
         model: str | None = None,
-        tools: Sequence[Any] | None = None,
+        tools: Sequence[object] | None = None,
         toolset: str | None = None,
         tools_source: Sequence[str] | None = None,
         tools_allow: Sequence[str] | None = None,
@@ -277,13 +281,13 @@ class Runtime:
         tool_choice: str | JSONObject | Unset = UNSET,
         parallel_tool_calls: bool | Unset = UNSET,
         max_iterations: int = 20,
-        choices: Any = None,
+        choices: object = None,
         timeout_s: float | None = None,
-        on_retry: Callable[[RetryInfo], Any] | None = None,
+        on_retry: Callable[[RetryInfo], object] | None = None,
         web_search: bool = False,
-        stream_fn: Any = None,
+        stream_fn: AgentRuntimeProtocol | CallFn | None = None,
         max_validation_retries: int | None = None,
-        model_options: Mapping[str, Any] | None = None,
+        model_options: Mapping[str, object] | None = None,
     ) -> Any:
         """Call the model: text by default, a validated JSON value with ``response_format``,
         the decision result with ``choices``. ``context`` is accepted and ignored (legacy).
@@ -298,11 +302,11 @@ class Runtime:
             return await self._prepare(request).run()
         # Open the node first, so that a run failing before its first request is recorded too.
         with self.trace.span("exec", name=model or self.model) as node:
-            node.data["options"] = request.traced_options()
+            node.data["options"] = options = request.traced_options()
             run = self._prepare(request)
             run.node = node
             node.inputs = {"content": message_record(run.messages[0])["content"]}
-            node.data["options"]["offered_tools"] = list(run.runner.offered)
+            options["offered_tools"] = list(run.runner.offered)
             node.output = await run.run()
         return node.output
 

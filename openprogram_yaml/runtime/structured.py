@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import NoReturn
 
 from openprogram_yaml.errors import (
     StructuredOutputError,
@@ -25,10 +25,11 @@ from openprogram_yaml.errors import (
     StructuredOutputUnsupportedError,
     StructuredOutputValidationError,
 )
+from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.content import assistant_reply
-from openprogram_yaml.runtime.schemas import validator_for
-from openprogram_yaml.runtime.turn_end import UNSET, Done, Redo
+from openprogram_yaml.runtime.turn_end import UNSET, Done, Redo, Unset
 from openprogram_yaml.runtime.validation import SchemaValidator
+from openprogram_yaml.runtime.validators import validator_for
 from openprogram_yaml.runtimes.protocol import Capabilities, Message, RuntimeResult, ToolSpec
 
 __all__ = [
@@ -54,7 +55,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 class ResponseFormat:
     """A normalised structured-output request. Build with ``normalize_response_format``."""
 
-    schema: Mapping[str, Any] | bool
+    schema: Mapping[str, JSONValue] | bool
     name: str = "response"
     description: str = ""
     strict: bool = True
@@ -62,21 +63,25 @@ class ResponseFormat:
     max_validation_retries: int | None = None
     validator: SchemaValidator | None = field(default=None, compare=False, repr=False)
 
-    def native_payload(self) -> dict[str, Any]:
+    def native_payload(self) -> JSONObject:
         """The ``response_format`` kwarg a runtime with native structured output receives."""
         return {
             "name": self.name,
-            "schema": self.schema,
+            "schema": _json_schema(self.schema),
             "strict": self.strict,
             "description": self.description,
         }
+
+
+def _json_schema(schema: Mapping[str, JSONValue] | bool) -> JSONObject | bool:
+    return dict(schema) if isinstance(schema, Mapping) else schema
 
 
 def _schema_error(message: str) -> StructuredOutputSchemaError:
     return StructuredOutputSchemaError(message, issues=[message])
 
 
-def _from_envelope(env: Mapping[str, Any]) -> ResponseFormat:
+def _from_envelope(env: Mapping[str, object]) -> ResponseFormat:
     name = env.get("name", "response")
     if not isinstance(name, str) or not _NAME.match(name):
         raise _schema_error(f"response_format.name must match [A-Za-z0-9_-]{{1,64}}, not {name!r}")
@@ -113,7 +118,7 @@ def _from_envelope(env: Mapping[str, Any]) -> ResponseFormat:
 _normalized: dict[int, tuple[object, ResponseFormat]] = {}
 
 
-def normalize_response_format(value: Any) -> ResponseFormat:
+def normalize_response_format(value: object) -> ResponseFormat:
     """A ``ResponseFormat`` from a bare JSON Schema, the envelope, or the OpenAI shape.
 
     The envelope is a mapping whose keys are all among ``schema``, ``name``, ``description``,
@@ -164,12 +169,12 @@ def select_mode(fmt: ResponseFormat, caps: Capabilities) -> str:
     )
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _no_duplicate_keys(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
+    out: JSONObject = {}
     for key, val in pairs:
         if key in out:
             raise ValueError(f"duplicate key {key!r}")
@@ -177,29 +182,30 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def parse_json_strict(text: str) -> Any:
+def parse_json_strict(text: str) -> JSONValue:
     """Parse exactly one JSON value: no code fences, no trailing text, no NaN, no duplicate keys."""
     if not text.strip():
         raise StructuredOutputValidationError(
             "the reply was empty", code="invalid_json", issues=["$: the reply was empty"]
         )
     try:
-        return json.loads(
+        value: JSONValue = json.loads(
             text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
         )
     except ValueError as exc:
         raise StructuredOutputValidationError(
             "the reply is not valid JSON", code="invalid_json", issues=[f"$: {exc}"]
         ) from None
+    return value
 
 
-def _submit_parameters(schema: Mapping[str, Any] | bool) -> tuple[dict[str, Any], bool]:
+def _submit_parameters(schema: Mapping[str, JSONValue] | bool) -> tuple[JSONObject, bool]:
     """Tool parameters for the submit tool, and whether the value is wrapped in ``value``."""
     if isinstance(schema, Mapping) and schema.get("type") == "object":
         return dict(schema), False
-    wrapper: dict[str, Any] = {
+    wrapper: JSONObject = {
         "type": "object",
-        "properties": {"value": schema},
+        "properties": {"value": _json_schema(schema)},
         "required": ["value"],
         "additionalProperties": False,
     }
@@ -252,12 +258,12 @@ class StructuredTerminal:
         else:
             self.system_suffix = ""
 
-    def tool_choice(self, has_user_tools: bool) -> Any:
+    def tool_choice(self, has_user_tools: bool) -> str | JSONObject | Unset:
         if self.mode == "tool" and not has_user_tools:
             return {"type": "function", "name": SUBMIT_TOOL}
         return UNSET
 
-    def _check(self, value: Any) -> list[str]:
+    def _check(self, value: JSONValue) -> list[str]:
         assert self.fmt.validator is not None
         return self.fmt.validator.errors(value)
 

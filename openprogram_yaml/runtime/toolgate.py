@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 __all__ = [
     "RECORDED_TOOL_RESULTS",
@@ -44,17 +44,17 @@ RECORDED_TOOL_RESULTS = "recorded_tool_results"
 class ToolDouble:
     """What a test says a tool returns (or raises) for arguments matching ``when``."""
 
-    returns: Any = None
+    returns: object = None
     #: When set, the call fails with this message instead of returning.
     raises: str | None = None
     #: Arguments the call must have (others may be present); None matches any call.
-    when: Mapping[str, Any] | None = None
+    when: Mapping[str, object] | None = None
 
-    def matches(self, arguments: Mapping[str, Any]) -> bool:
+    def matches(self, arguments: Mapping[str, object]) -> bool:
         return self.when is None or arguments_match(self.when, arguments)
 
 
-def arguments_match(expected: Mapping[str, Any], arguments: Mapping[str, Any]) -> bool:
+def arguments_match(expected: Mapping[str, object], arguments: Mapping[str, object]) -> bool:
     """Whether ``arguments`` has every argument ``expected`` names, with an equal value."""
     return all(k in arguments and arguments[k] == v for k, v in expected.items())
 
@@ -66,7 +66,7 @@ class StandIn:
     how: Literal["double", "replayed", "not_run"]
     #: The tool's result as the model sees it: a value (rendered like a tool's return
     #: value) or, for an error, its text.
-    value: Any
+    value: object
     is_error: bool
     #: Why a call was not run: "offline" or "replay".
     reason: str | None = None
@@ -87,10 +87,10 @@ class ToolGate:
         self,
         name: str,
         source: str,
-        arguments: Mapping[str, Any],
+        arguments: Mapping[str, object],
         *,
         offline: bool,
-        recorded: Mapping[str, Any] | None = None,
+        recorded: Mapping[str, object] | None = None,
         call_id: str = "",
     ) -> StandIn | None:
         """How to answer this call without running the tool, or None to run it.
@@ -128,7 +128,9 @@ class ToolGate:
         return StandIn("not_run", text, True, reason)
 
 
-def _doubled(name: str, doubles: tuple[ToolDouble, ...], arguments: Mapping[str, Any]) -> StandIn:
+def _doubled(
+    name: str, doubles: tuple[ToolDouble, ...], arguments: Mapping[str, object]
+) -> StandIn:
     for double in doubles:
         if double.matches(arguments):
             if double.raises is not None:

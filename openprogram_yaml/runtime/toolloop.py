@@ -11,15 +11,14 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from openprogram_yaml.errors import StructuredOutputError
 from openprogram_yaml.json_types import JSONObject
-from openprogram_yaml.runtime.schemas import validator_for
 from openprogram_yaml.runtime.structured import parse_json_strict
 from openprogram_yaml.runtime.toolgate import StandIn, ToolGate
 from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, current_policy
 from openprogram_yaml.runtime.trace import SessionTrace
+from openprogram_yaml.runtime.validators import validator_for
 from openprogram_yaml.runtimes.protocol import Message, ToolCall
 
 __all__ = [
@@ -39,8 +38,8 @@ StreamEmit = Callable[[JSONObject], None]
 
 
 async def call_maybe_async(
-    fn: Callable[..., Any], is_async: bool, kwargs: Mapping[str, Any]
-) -> Any:
+    fn: Callable[..., object], is_async: bool, kwargs: Mapping[str, object]
+) -> object:
     """Call ``fn(**kwargs)``: awaited if async, in a worker thread if sync (it may block)."""
     if is_async:
         result = fn(**kwargs)
@@ -51,7 +50,7 @@ async def call_maybe_async(
     return result
 
 
-def render_result(value: Any, cap: int = MAX_RESULT_CHARS) -> str:
+def render_result(value: object, cap: int = MAX_RESULT_CHARS) -> str:
     """A tool's return value as the text the model sees, capped at ``cap`` characters."""
     if isinstance(value, str):
         text = value
@@ -95,7 +94,7 @@ class ToolRunner:
         self.records: list[JSONObject] = []
 
     async def run(
-        self, calls: list[ToolCall], recorded: Mapping[str, Any] | None = None
+        self, calls: list[ToolCall], recorded: Mapping[str, object] | None = None
     ) -> list[Message]:
         """One tool message per call, in the order of ``calls``.
 
@@ -143,7 +142,7 @@ class ToolRunner:
             canonical = call.arguments
         return call.name, canonical
 
-    async def _run_one(self, call: ToolCall, recorded: Mapping[str, Any] | None) -> Message:
+    async def _run_one(self, call: ToolCall, recorded: Mapping[str, object] | None) -> Message:
         key = self._key(call)
         record: JSONObject = {"id": call.id, "name": call.name, "arguments": call.arguments}
         self.records.append(record)
@@ -173,7 +172,7 @@ class ToolRunner:
         call: ToolCall,
         key: tuple[str, str],
         record: JSONObject,
-        recorded: Mapping[str, Any] | None,
+        recorded: Mapping[str, object] | None,
     ) -> tuple[str, bool]:
         refusal = self._refusal(call.name)
         if refusal is not None:

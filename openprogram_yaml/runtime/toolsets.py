@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any
 
 from openprogram_yaml.runtimes.protocol import ToolSpec
 
@@ -37,7 +36,7 @@ class Tool:
     """A tool the runtime can offer: its spec, and ``execute(**arguments)`` (sync or async)."""
 
     spec: ToolSpec
-    execute: Callable[..., Any]
+    execute: Callable[..., object]
     source: str = "local"
     is_async: bool = field(default=False, compare=False)
 
@@ -46,7 +45,7 @@ class Tool:
         return self.spec.name
 
 
-def _spec_from(value: Any, where: str) -> ToolSpec:
+def _spec_from(value: object, where: str) -> ToolSpec:
     if isinstance(value, ToolSpec):
         return value
     if not isinstance(value, Mapping):
@@ -67,14 +66,14 @@ def _spec_from(value: Any, where: str) -> ToolSpec:
     )
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
+def _is_async(fn: Callable[..., object]) -> bool:
     """True for async functions and for objects whose ``__call__`` is async."""
     if inspect.iscoroutinefunction(fn):
         return True
     return not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
 
 
-def as_tool(obj: Any) -> Tool:
+def as_tool(obj: object) -> Tool:
     """A ``Tool`` from a ``Tool``, a ``{"spec", "execute"}`` dict or an object with those."""
     if isinstance(obj, Tool):
         return obj
@@ -184,7 +183,7 @@ def resolve_preset(
     return frozenset(n for n in result if policy.permits(n)), policy
 
 
-def _lookup(registered: Mapping[str, Tool], item: Any) -> Tool:
+def _lookup(registered: Mapping[str, Tool], item: object) -> Tool:
     if isinstance(item, str):
         tool = registered.get(item)
         if tool is None:
@@ -197,7 +196,7 @@ def _lookup(registered: Mapping[str, Tool], item: Any) -> Tool:
 def offer_tools(
     registered: Mapping[str, Tool],
     presets: Mapping[str, ToolsetPreset],
-    tools: Sequence[Any] | None,
+    tools: Sequence[object] | None,
     toolset: str | None,
     tools_source: Sequence[str] | None,
     tools_allow: Sequence[str] | None,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from openprogram_yaml._file_writes import write_atomically
+from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.redaction import REDACTED
 
 __all__ = ["SessionTrace", "TraceNode", "current_span", "jsonable"]
@@ -35,7 +36,7 @@ def _secret_key(key: str) -> bool:
     return re.search(_SECRET_KEY_PATTERN, key, re.IGNORECASE) is not None
 
 
-def jsonable(value: Any) -> Any:
+def jsonable(value: object) -> JSONValue:
     """``value`` as plain JSON data, with credential-like keys redacted."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
@@ -62,13 +63,13 @@ class TraceNode:
     start_time: float = 0.0
     duration_s: float | None = None
     status: str = "running"
-    inputs: Any = None
-    output: Any = None
-    error: dict[str, Any] | None = None
-    data: dict[str, Any] = field(default_factory=dict)
+    inputs: object = None
+    output: object = None
+    error: dict[str, object] | None = None
+    data: dict[str, object] = field(default_factory=dict)
     clock_start: float = field(default=0.0, repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "id": self.id,
             "kind": self.kind,
@@ -108,9 +109,9 @@ def current_span() -> TraceNode | None:
     return _current.get()
 
 
-def _error_dict(exc: BaseException) -> dict[str, Any]:
+def _error_dict(exc: BaseException) -> dict[str, object]:
     to_dict = getattr(exc, "to_dict", None)
-    base: dict[str, Any] = to_dict() if callable(to_dict) else {}
+    base: dict[str, object] = to_dict() if callable(to_dict) else {}
     base.setdefault("type", type(exc).__name__)
     base.setdefault("message", str(exc))
     for attr in ("code", "issues", "kind"):
@@ -129,7 +130,7 @@ class SessionTrace:
         self.session_id = session_id
         self.nodes: list[TraceNode] = []
 
-    def start(self, kind: str, name: str = "", inputs: Any = None) -> TraceNode:
+    def start(self, kind: str, name: str = "", inputs: object = None) -> TraceNode:
         """Open a node under the current span; close it with ``finish``."""
         parent = _current.get()
         node = TraceNode(
@@ -145,7 +146,7 @@ class SessionTrace:
         return node
 
     def finish(
-        self, node: TraceNode, *, output: Any = None, error: BaseException | None = None
+        self, node: TraceNode, *, output: object = None, error: BaseException | None = None
     ) -> None:
         node.duration_s = self.clock() - node.clock_start
         if error is not None:
@@ -156,7 +157,7 @@ class SessionTrace:
             node.output = output
 
     @contextmanager
-    def span(self, kind: str, name: str = "", inputs: Any = None) -> Iterator[TraceNode]:
+    def span(self, kind: str, name: str = "", inputs: object = None) -> Iterator[TraceNode]:
         """Open a node; execs and spans started inside become its children.
 
         Set ``node.output`` inside the block; an exception marks the node failed.

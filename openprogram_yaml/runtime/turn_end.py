@@ -8,7 +8,7 @@ tool loop carries on. Structured output and ``choices`` are terminals; so is pla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtimes.protocol import Message, RuntimeResult, ToolSpec
@@ -40,7 +40,7 @@ UNSET = Unset()
 class Done:
     """The turn ended well; ``value`` is what the terminal extracted."""
 
-    value: Any
+    value: object
 
 
 @dataclass(slots=True)
@@ -69,7 +69,7 @@ class Terminal(Protocol):
     #: Whether the answer is a ``choices`` pick, resolved (to a value or a method) after it.
     picks_choice: bool
 
-    def tool_choice(self, has_user_tools: bool) -> Any: ...
+    def tool_choice(self, has_user_tools: bool) -> str | JSONObject | Unset: ...
 
     def accept(self, result: RuntimeResult) -> Done | Redo | None: ...
 
@@ -85,7 +85,7 @@ class TextTerminal:
     budgeted = False
     picks_choice = False
 
-    def tool_choice(self, has_user_tools: bool) -> Any:
+    def tool_choice(self, has_user_tools: bool) -> str | JSONObject | Unset:
         return UNSET
 
     def accept(self, result: RuntimeResult) -> Done | Redo | None:

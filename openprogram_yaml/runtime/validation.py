@@ -7,11 +7,19 @@ before a validator is built.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, NoReturn, TypeAlias
+
+if TYPE_CHECKING:
+    # Only for annotations: jsonschema is imported on first use (start-up stays light).
+    from jsonschema.protocols import Validator
+    from referencing.jsonschema import SchemaRegistry
+
+    from openprogram_yaml.json_types import JSONValue
 
 __all__ = ["SchemaValidator", "check_schema", "format_path", "keyword_mistakes", "schema_issues"]
 
@@ -19,7 +27,7 @@ __all__ = ["SchemaValidator", "check_schema", "format_path", "keyword_mistakes",
 MAX_ISSUES = 20
 
 
-def format_path(path: Any) -> str:
+def format_path(path: Iterable[str | int]) -> str:
     """A JSON path like ``$.items[2].name`` from a jsonschema error path."""
     out = "$"
     for part in path:
@@ -27,23 +35,23 @@ def format_path(path: Any) -> str:
     return out
 
 
-def _validator_class(schema: Mapping[str, Any]) -> Any:
+def _validator_class(schema: Mapping[str, object]) -> type[Validator]:
     import jsonschema.validators
 
     return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
 
 
-def _no_remote(uri: str) -> Any:
+def _no_remote(uri: str) -> NoReturn:
     from referencing.exceptions import NoSuchResource
 
     raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs class
 
 
-def _registry(resources: Mapping[str, Mapping[str, Any]] | None) -> Any:
+def _registry(resources: Mapping[str, Mapping[str, object]] | None) -> SchemaRegistry:
     from referencing import Registry, Resource
     from referencing.jsonschema import DRAFT202012
 
-    registry: Any = Registry(retrieve=_no_remote)  # type: ignore[call-arg]  # attrs class
+    registry: SchemaRegistry = Registry(retrieve=_no_remote)  # type: ignore[call-arg]  # attrs class
     for uri, contents in (resources or {}).items():
         registry = registry.with_resource(
             uri, Resource.from_contents(dict(contents), default_specification=DRAFT202012)
@@ -100,7 +108,7 @@ KEYWORDS = (
 )
 
 
-def keyword_mistakes(schema: Any) -> list[tuple[tuple[str | int, ...], str]]:
+def keyword_mistakes(schema: object) -> list[tuple[tuple[str | int, ...], str]]:
     """Keys of ``schema`` (and of its subschemas) that are not keywords and look like
     mistakes, each with its path in the schema: a key with no value (in a YAML ``{...}``
     mapping, a comma inside unquoted text starts a new key), or one a letter or two away
@@ -112,7 +120,7 @@ def keyword_mistakes(schema: Any) -> list[tuple[tuple[str | int, ...], str]]:
 
 
 def _find_mistakes(
-    schema: Any, path: tuple[str | int, ...], found: list[tuple[tuple[str | int, ...], str]]
+    schema: object, path: tuple[str | int, ...], found: list[tuple[tuple[str | int, ...], str]]
 ) -> None:
     if not isinstance(schema, dict):
         return
@@ -148,8 +156,6 @@ def _find_mistakes(
                 )
             )
         else:
-            import difflib
-
             close = difflib.get_close_matches(key, sorted(KEYWORDS), n=1, cutoff=0.8)
             if close:
                 found.append((here, f"unknown keyword '{key}'; did you mean '{close[0]}'?"))
@@ -164,11 +170,11 @@ def _check_regex(
         found.append((path, f"{pattern!r} is not a valid regular expression: {exc}"))
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _unique_strings(value: Any) -> bool:
+def _unique_strings(value: object) -> bool:
     return (
         isinstance(value, list)
         and all(isinstance(v, str) for v in value)
@@ -176,7 +182,7 @@ def _unique_strings(value: Any) -> bool:
     )
 
 
-def _plainly_valid(schema: Any) -> bool:
+def _plainly_valid(schema: object) -> bool:
     """True when ``schema`` uses only well-known 2020-12 keywords, each with a value of the
     right shape: then the metaschema accepts it, and the slow full check can be skipped.
     False means "not sure", never "invalid": the full check decides (and words the errors).
@@ -228,7 +234,7 @@ def _plainly_valid(schema: Any) -> bool:
     return True
 
 
-def schema_issues(schema: Any) -> list[tuple[tuple[str | int, ...], str]]:
+def schema_issues(schema: object) -> list[tuple[tuple[str | int, ...], str]]:
     """Problems that make ``schema`` an invalid JSON Schema, each with its path in the schema."""
     if isinstance(schema, bool):
         return []
@@ -249,7 +255,7 @@ def _meta_issues_cached(key: str) -> tuple[tuple[tuple[str | int, ...], str], ..
     return tuple(_meta_issues(json.loads(key)))
 
 
-def _meta_issues(schema: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+def _meta_issues(schema: Mapping[str, JSONValue]) -> list[tuple[tuple[str | int, ...], str]]:
     cls = _validator_class(schema)
     meta = cls(cls.META_SCHEMA)
     issues: list[tuple[tuple[str | int, ...], str]] = []
@@ -266,13 +272,17 @@ def _meta_issues(schema: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...],
     return issues
 
 
-def check_schema(schema: Any) -> list[str]:
+def check_schema(schema: object) -> list[str]:
     """Problems that make ``schema`` an invalid JSON Schema; empty when it is valid."""
     out = []
     for path, message in schema_issues(schema):
         where = format_path(path)
         out.append(f"{where}: {message}" if where != "$" else message)
     return out
+
+
+#: What a pickled ``SchemaValidator`` keeps: the schema and the resources its refs name.
+_State: TypeAlias = "tuple[Mapping[str, object] | bool, Mapping[str, Mapping[str, object]] | None]"
 
 
 class SchemaValidator:
@@ -286,31 +296,31 @@ class SchemaValidator:
 
     def __init__(
         self,
-        schema: Mapping[str, Any] | bool,
+        schema: Mapping[str, object] | bool,
         *,
-        resources: Mapping[str, Mapping[str, Any]] | None = None,
+        resources: Mapping[str, Mapping[str, object]] | None = None,
     ) -> None:
         self.schema = schema
         self._resources = resources
-        self._validator: Any = None
+        self._validator: Validator | None = None
 
-    def __getstate__(self) -> tuple[Any, Any]:
+    def __getstate__(self) -> _State:
         # The jsonschema validator stays behind (it holds functions); it is made again on
         # first use.
         return self.schema, self._resources
 
-    def __setstate__(self, state: tuple[Any, Any]) -> None:
+    def __setstate__(self, state: _State) -> None:
         self.schema, self._resources = state
         self._validator = None
 
-    def _built(self) -> Any:
+    def _built(self) -> Validator:
         if self._validator is None:
             schema = self.schema
             cls = _validator_class(schema if isinstance(schema, Mapping) else {})
             self._validator = cls(schema, registry=_registry(self._resources))
         return self._validator
 
-    def errors(self, value: Any) -> list[str]:
+    def errors(self, value: JSONValue) -> list[str]:
         """Readable problems with ``value`` (``$.path: message``), at most ``MAX_ISSUES``."""
         issues: list[str] = []
         try:
@@ -323,5 +333,5 @@ class SchemaValidator:
                 break
         return issues
 
-    def is_valid(self, value: Any) -> bool:
+    def is_valid(self, value: JSONValue) -> bool:
         return not self.errors(value)

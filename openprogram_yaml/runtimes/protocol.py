@@ -22,7 +22,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+if TYPE_CHECKING:
+    # TypeIs is in typing from Python 3.13; annotations are not evaluated at run time.
+    from typing_extensions import TypeIs
+
+from openprogram_yaml.json_types import JSONObject
 
 __all__ = [
     "AgentRuntimeProtocol",
@@ -40,6 +46,8 @@ __all__ = [
     "TurnFailure",
     "Usage",
     "capabilities_of",
+    "is_runtime",
+    "is_selector",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -60,7 +68,7 @@ class ToolSpec:
 
     name: str
     description: str = ""
-    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    parameters: JSONObject = field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool = False
 
 
@@ -74,7 +82,7 @@ class Message:
     """
 
     role: Role
-    content: str | list[dict[str, Any]] = ""
+    content: str | list[JSONObject] = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_call_id: str | None = None
     name: str | None = None
@@ -84,7 +92,7 @@ class Message:
         """The message's text, with non-text blocks left out."""
         if isinstance(self.content, str):
             return self.content
-        return "".join(b.get("text", "") for b in self.content if b.get("type") == "text")
+        return "".join(str(b.get("text", "")) for b in self.content if b.get("type") == "text")
 
 
 @dataclass(slots=True)
@@ -134,7 +142,7 @@ class RuntimeResult:
     """The outcome of one turn. Failures are returned in ``error`` (and ``failure``)."""
 
     content: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=dict)
     error: str | None = None
     tool_calls: list[ToolCall] = field(default_factory=list)
     thinking: str = ""
@@ -151,7 +159,7 @@ class RuntimeDelta:
 
     type: str
     content: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=dict)
 
 
 DeltaCallback = Callable[[RuntimeDelta], None]
@@ -162,7 +170,7 @@ class RuntimeConfig:
     """Identity and options a runtime was resolved with."""
 
     runtime_id: str
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -173,7 +181,7 @@ class RuntimeRegistryEntry:
     display_name: str | None = None
     description: str | None = None
     is_builtin: bool = False
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.display_name is None:
@@ -227,6 +235,16 @@ class RuntimeSelectorProtocol(Protocol):
     def select(self, model_ref: str) -> AgentRuntimeProtocol: ...
 
     async def aclose(self) -> None: ...
+
+
+def is_runtime(obj: object) -> TypeIs[AgentRuntimeProtocol]:
+    """Whether ``obj`` answers turns itself (has ``run_turn``): a runtime, not a function."""
+    return callable(getattr(obj, "run_turn", None))
+
+
+def is_selector(obj: object) -> TypeIs[RuntimeSelectorProtocol]:
+    """Whether ``obj`` picks runtimes (has ``select``)."""
+    return callable(getattr(obj, "select", None))
 
 
 #: Puts a selector in front of another (recording, replay, capture) for one run.

@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from openprogram_yaml.json_types import JSONValue
+
 from .protocol import AgentRuntimeProtocol, RuntimeRegistryEntry
 
 if TYPE_CHECKING:
@@ -251,7 +253,7 @@ class RuntimeRegistry:
             return self._public(broken) if broken is not None else None
 
     def resolve(
-        self, runtime_id: str, config_overrides: Mapping[str, Any] | None = None
+        self, runtime_id: str, config_overrides: Mapping[str, object] | None = None
     ) -> AgentRuntimeProtocol:
         """A runtime instance: a fresh one from a factory (called with ``config_overrides``
         as keyword options), or the registered shared instance. Unknown ids are a
@@ -289,7 +291,9 @@ class RuntimeRegistry:
     # --- internals ------------------------------------------------------------------
 
     def _public(self, entry: RuntimeRegistryEntry) -> RuntimeRegistryEntry:
-        aliases = sorted(a for a, c in self._aliases.items() if c == entry.runtime_id)
+        aliases: list[JSONValue] = [
+            *sorted(a for a, c in self._aliases.items() if c == entry.runtime_id)
+        ]
         return replace(entry, metadata={**entry.metadata, "aliases": aliases})
 
     def _unknown_message(self, runtime_id: str) -> str:
@@ -458,7 +462,7 @@ def get_runtime_entry(runtime_id: str) -> RuntimeRegistryEntry | None:
 
 
 def resolve_runtime(
-    runtime_id: str, config_overrides: Mapping[str, Any] | None = None
+    runtime_id: str, config_overrides: Mapping[str, object] | None = None
 ) -> AgentRuntimeProtocol:
     """An instance of a registered runtime (unknown ids: ValueError listing the others)."""
     return RuntimeRegistry().resolve(runtime_id, config_overrides)

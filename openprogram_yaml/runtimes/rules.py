@@ -24,7 +24,7 @@ def split_model_ref(model_ref: str) -> tuple[str | None, str]:
 _REDACTED = "***"
 
 
-def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
+def redact_options(options: Mapping[str, object]) -> dict[str, Any]:
     """Options fit to print: the key and header values replaced by ``***``."""
     out: dict[str, Any] = {}
     for name, value in options.items():
@@ -44,7 +44,7 @@ class RuntimeRule:
 
     match: str
     runtime: str
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, object] = field(default_factory=dict)
 
     def matches(self, model_ref: str) -> bool:
         return fnmatchcase(model_ref, self.match)
@@ -69,7 +69,7 @@ class ProviderConfig:
     api_key: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout_s: float | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def runtime_id(self) -> str:

@@ -38,7 +38,7 @@ class Selection:
     model_id: str
     runtime_id: str
     source: str
-    options: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    options: Mapping[str, object] = field(default_factory=dict, repr=False)
     rule_index: int | None = None
     rule: RuntimeRule | None = None
     provider: str | None = None
@@ -218,7 +218,7 @@ class RuntimeSelector:
     def _instance(
         self,
         runtime_id: str,
-        options: Mapping[str, Any],
+        options: Mapping[str, object],
         selection: Selection | None = None,
     ) -> AgentRuntimeProtocol:
         key = (runtime_id, _freeze(options))

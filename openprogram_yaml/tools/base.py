@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from openprogram_yaml.errors import ToolError
-from openprogram_yaml.json_types import JSONObject
+from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.validation import SchemaValidator
 from openprogram_yaml.runtimes.protocol import ToolSpec
 
@@ -31,7 +31,7 @@ __all__ = [
     "render_template",
 ]
 
-EMPTY_PARAMETERS: Mapping[str, Any] = {"type": "object", "properties": {}}
+EMPTY_PARAMETERS: Mapping[str, JSONValue] = {"type": "object", "properties": {}}
 
 
 class TextTemplate(Protocol):
@@ -45,7 +45,7 @@ class TextTemplate(Protocol):
         """The names it reads from the render variables."""
         ...
 
-    def render(self, variables: Mapping[str, Any], /) -> str: ...
+    def render(self, variables: Mapping[str, object], /) -> str: ...
 
 
 class ToolBuildError(ValueError):
@@ -67,7 +67,7 @@ def cap_text(text: str, limit: int, *, unit: str = "characters") -> str:
     return f"{text[:limit]}\n[truncated: {len(text) - limit} more {unit} not shown]"
 
 
-def render_template(template: TextTemplate, variables: Mapping[str, Any], what: str) -> str:
+def render_template(template: TextTemplate, variables: Mapping[str, object], what: str) -> str:
     """``template`` rendered, or a ``ToolError`` saying which part of the tool failed."""
     try:
         return template.render(variables)
@@ -85,7 +85,9 @@ class ConfiguredTool:
     #: The tool kind, also used as the tool's ``source`` (so ``tools_source`` can filter).
     kind: ClassVar[str] = "tool"
 
-    def __init__(self, name: str, description: str, parameters: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self, name: str, description: str, parameters: Mapping[str, JSONValue] | None
+    ) -> None:
         schema = dict(parameters) if parameters is not None else dict(EMPTY_PARAMETERS)
         self.spec = ToolSpec(name=name, description=description, parameters=schema)
         self.source = self.kind
@@ -99,7 +101,7 @@ class ConfiguredTool:
     def files(self) -> frozenset[Path]:
         return frozenset()
 
-    def check_arguments(self, arguments: Mapping[str, Any]) -> JSONObject:
+    def check_arguments(self, arguments: Mapping[str, JSONValue]) -> JSONObject:
         """The arguments as a dict, or a ``ToolError`` listing every schema problem."""
         issues = self._validator.errors(dict(arguments))
         if issues:
@@ -107,7 +109,7 @@ class ConfiguredTool:
             raise ToolError(f"invalid arguments for tool {self.name!r}:\n{listed}")
         return dict(arguments)
 
-    def template_variables(self, arguments: Mapping[str, Any]) -> JSONObject:
+    def template_variables(self, arguments: Mapping[str, JSONValue]) -> JSONObject:
         """What templates see: the arguments, plus schema defaults for absent properties.
 
         Other absent optional properties stay undefined, so a template tests them with

@@ -25,10 +25,9 @@ import shutil
 import signal
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from openprogram_yaml.errors import ToolError
-from openprogram_yaml.json_types import JSONObject
+from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.tools.base import (
     ConfiguredTool,
     TextTemplate,
@@ -78,7 +77,7 @@ class _Capture:
         return f"{text}\n[truncated: {self.dropped} more bytes of output not shown]"
 
 
-def _numeric_parameters(parameters: Mapping[str, Any]) -> frozenset[str]:
+def _numeric_parameters(parameters: Mapping[str, JSONValue]) -> frozenset[str]:
     """Parameters whose declared type admits numbers only (``null`` aside)."""
     properties = parameters.get("properties")
     if not isinstance(properties, Mapping):
@@ -86,7 +85,10 @@ def _numeric_parameters(parameters: Mapping[str, Any]) -> frozenset[str]:
     numeric = set()
     for name, schema in properties.items():
         declared = schema.get("type") if isinstance(schema, Mapping) else None
-        types = {declared} if isinstance(declared, str) else set(declared or ())
+        # The schema was checked when the tool was built: ``type`` is a name or a list of them.
+        types = {declared} if isinstance(declared, str) else set()
+        if isinstance(declared, list):
+            types = {t for t in declared if isinstance(t, str)}
         if types - {"null"} and types - {"null"} <= _NUMERIC_TYPES:
             numeric.add(name)
     return frozenset(numeric)
@@ -105,7 +107,7 @@ class CommandTool(ConfiguredTool):
         self,
         name: str,
         description: str,
-        parameters: Mapping[str, Any] | None,
+        parameters: Mapping[str, JSONValue] | None,
         argv: Sequence[TextTemplate],
         *,
         project_root: Path,
@@ -172,7 +174,7 @@ class CommandTool(ConfiguredTool):
             return f"program {program!r} is not an executable file (relative to {self.cwd})"
         return f"program {program!r} was not found on PATH"
 
-    def _command_line(self, arguments: Mapping[str, Any]) -> list[str]:
+    def _command_line(self, arguments: Mapping[str, JSONValue]) -> list[str]:
         variables = self.template_variables(arguments)
         rendered: list[str] = []
         after_separator = False

@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeAlias
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from openprogram_yaml.errors import ToolError
+from openprogram_yaml.json_types import JSONValue
 from openprogram_yaml.providers.http_client import (
     ClientPool,
     ClientSettings,
@@ -74,7 +75,7 @@ class UrlTemplate(Protocol):
     @property
     def source(self) -> str: ...
 
-    def render_url(self, variables: Mapping[str, Any], /) -> str: ...
+    def render_url(self, variables: Mapping[str, object], /) -> str: ...
 
 
 #: Timeouts are per request (each tool has its own); the client never follows a redirect,
@@ -87,7 +88,7 @@ def HttpClients() -> ClientPool[HTTPClient]:
     return ClientPool(lambda: make_client(_CLIENT_SETTINGS))
 
 
-def _render_body(body: BodyTemplate, variables: Mapping[str, Any]) -> Any:
+def _render_body(body: BodyTemplate, variables: Mapping[str, object]) -> Any:
     if isinstance(body, Mapping):
         return {key: _render_body(value, variables) for key, value in body.items()}
     if isinstance(body, (list, tuple)):
@@ -145,7 +146,7 @@ class HttpTool(ConfiguredTool):
         self,
         name: str,
         description: str,
-        parameters: Mapping[str, Any] | None,
+        parameters: Mapping[str, JSONValue] | None,
         method: str,
         url: UrlTemplate,
         *,
@@ -186,7 +187,7 @@ class HttpTool(ConfiguredTool):
         self._owns_clients = clients is None
         self._clients = clients if clients is not None else HttpClients()
 
-    def _render(self, variables: Mapping[str, Any], secrets: Sequence[str]) -> dict[str, Any]:
+    def _render(self, variables: Mapping[str, object], secrets: Sequence[str]) -> dict[str, Any]:
         """The request's parts; a template failure names the part, never a header value."""
         part = "url"
         try:
@@ -208,7 +209,7 @@ class HttpTool(ConfiguredTool):
             request["json"] = body
         return request
 
-    def _rendered_headers(self, variables: Mapping[str, Any]) -> dict[str, str]:
+    def _rendered_headers(self, variables: Mapping[str, object]) -> dict[str, str]:
         out: dict[str, str] = {}
         for key, template in self.headers.items():
             try:

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from openprogram_yaml.errors import ToolError
+from openprogram_yaml.json_types import JSONValue
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
 
 __all__ = ["PythonTarget", "PythonTool", "load_python_tool", "schema_from_signature"]
@@ -407,7 +408,7 @@ class PythonTool(ConfiguredTool):
         self,
         name: str,
         description: str | None,
-        parameters: Mapping[str, Any] | None,
+        parameters: Mapping[str, JSONValue] | None,
         ref: str,
         project_root: Path,
         packages: Collection[str] = (),
@@ -468,7 +469,9 @@ def _is_async(function: Callable[..., Any]) -> bool:
     return not inspect.isroutine(function) and inspect.iscoroutinefunction(call)
 
 
-def _check_declared(name: str, function: Callable[..., Any], declared: Mapping[str, Any]) -> None:
+def _check_declared(
+    name: str, function: Callable[..., Any], declared: Mapping[str, JSONValue]
+) -> None:
     try:
         params = inspect.signature(function).parameters.values()
     except (TypeError, ValueError):

@@ -28,8 +28,8 @@ from support import REPO
 from openprogram_yaml.compile import _jinja, _jinja_analysis, cache
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.runner.cli import main
-from openprogram_yaml.runtime.schemas import validator_for
 from openprogram_yaml.runtime.validation import _plainly_valid, check_schema
+from openprogram_yaml.runtime.validators import validator_for
 
 AGENT = """\
 version: 1

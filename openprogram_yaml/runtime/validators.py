@@ -33,7 +33,7 @@ def _text_keys_only(value: Any) -> bool:
     return True
 
 
-def validator_for(schema: Mapping[str, Any] | bool, *, what: str = "schema") -> SchemaValidator:
+def validator_for(schema: Mapping[str, object] | bool, *, what: str = "schema") -> SchemaValidator:
     """A validator for ``schema``; ``StructuredOutputSchemaError`` if it is not a valid schema."""
     hit = _by_id.get(id(schema))
     if hit is not None and hit[0] is schema:
