@@ -32,12 +32,13 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .._file_writes import cannot_write
 from ..compile.program import Method, Program
 from ..errors import ConfigError, Diagnostic, UsageError
+from ..json_types import JSONObject, JSONValue
 from ..redaction import redact
 from ..run.record import RecordLog, RunRecord, append_trace, run_secrets
 from ..run.service import RunService
@@ -161,7 +162,7 @@ class HttpServer:
         model: str | None = None,
         log: TextIO | None = None,
         limits: ServeLimits | None = None,
-        deadline: Callable[[float], AbstractAsyncContextManager[Any]] = asyncio.timeout,
+        deadline: Callable[[float], AbstractAsyncContextManager[object]] = asyncio.timeout,
     ) -> None:
         self.holder = holder
         self.service = service
@@ -303,7 +304,7 @@ class HttpServer:
         self,
         writer: asyncio.StreamWriter,
         status: int,
-        body: dict[str, Any] | str,
+        body: JSONObject | str,
         *,
         keep_alive: bool,
     ) -> None:
@@ -318,7 +319,7 @@ class HttpServer:
         writer.write(head.encode("latin-1") + data)
         await writer.drain()
 
-    async def _answer(self, request: _Request) -> tuple[int, dict[str, Any] | str]:
+    async def _answer(self, request: _Request) -> tuple[int, JSONObject | str]:
         refusal = origin_refusal(request.headers, self.port, self._allowed_hosts)
         if refusal is not None:
             return refusal[0], {"error": refusal[1]}
@@ -338,9 +339,9 @@ class HttpServer:
 
     # --- routes -------------------------------------------------------------------------
 
-    async def _dispatch(self, request: _Request) -> tuple[int, dict[str, Any] | str]:
+    async def _dispatch(self, request: _Request) -> tuple[int, JSONObject | str]:
         parts = [p for p in request.path.split("/") if p]
-        routes: dict[str, Callable[[], dict[str, Any]]] = {
+        routes: dict[str, Callable[[], JSONObject]] = {
             "health": self._health,
             "version": self._version,
             "agents": self._agents,
@@ -358,10 +359,10 @@ class HttpServer:
             return await self._run(parts[1], parts[2], request)
         return 404, {"error": "no such route; try POST /run/{agent}/{method}, GET /agents"}
 
-    def _version_dict(self) -> dict[str, Any]:
+    def _version_dict(self) -> JSONObject:
         return self.holder.snapshot()[1].to_dict()
 
-    def _health(self) -> dict[str, Any]:
+    def _health(self) -> JSONObject:
         return {
             "status": "ok" if self.holder.failure is None else "reload_failed",
             "version": self._version_dict(),
@@ -369,7 +370,7 @@ class HttpServer:
             "reload": self._reload_report(),
         }
 
-    def _reload_report(self) -> dict[str, Any]:
+    def _reload_report(self) -> JSONObject:
         """The last reload's outcome: ok or failed, when, and what it said."""
         holder = self.holder
         at = holder.checked_at.isoformat(timespec="seconds") if holder.checked_at else None
@@ -385,9 +386,9 @@ class HttpServer:
             "diagnostics": [str(d) for d in failure],
         }
 
-    def _version(self) -> dict[str, Any]:
+    def _version(self) -> JSONObject:
         program, stamp = self.holder.snapshot()
-        files = []
+        files: list[JSONValue] = []
         for path in sorted(program.files):
             try:
                 files.append(path.relative_to(program.root).as_posix())
@@ -395,9 +396,9 @@ class HttpServer:
                 files.append(str(path))
         return {"version": stamp.to_dict(), "files": files, "reload": self._reload_report()}
 
-    def _agents(self) -> dict[str, Any]:
+    def _agents(self) -> JSONObject:
         program, _ = self.holder.snapshot()
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for agent in program.agents.values():
             out[agent.name] = {
                 "description": agent.description,
@@ -407,18 +408,20 @@ class HttpServer:
                 },
             }
         secrets = frozenset().union(*(run_secrets(a) for a in program.agents.values()))
-        redacted: dict[str, Any] = json.loads(redact(json.dumps(out, default=repr), secrets))
+        redacted: JSONObject = json.loads(redact(json.dumps(out, default=repr), secrets))
         return redacted
 
     async def _run(
         self, agent: str, method: str, request: _Request
-    ) -> tuple[int, dict[str, Any] | str]:
+    ) -> tuple[int, JSONObject | str]:
         program, _ = self.holder.snapshot()
         found = program.agents.get(agent)
         if found is None or method not in found.methods:
             what = f"agent '{agent}'" if found is None else f"method '{method}' of '{agent}'"
             return 404, {"error": f"no {what}; GET /agents lists them"}
-        too_deep = {"error": f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH}"}
+        too_deep: JSONObject = {
+            "error": f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH}"
+        }
         try:
             inputs = json.loads(request.body or b"{}")
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -622,7 +625,7 @@ async def watch_and_run(
     *,
     agent: str | None,
     method: str | None,
-    inputs_for: Callable[[Method], dict[str, Any]],
+    inputs_for: Callable[[Method], JSONObject],
     model: str | None,
     json_output: bool,
     records: Path | None = None,

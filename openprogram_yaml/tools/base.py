@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
@@ -124,11 +124,11 @@ class ConfiguredTool:
         variables.update(arguments)
         return variables
 
-    async def execute(self, **arguments: Any) -> Any:
+    async def execute(self, **arguments: JSONValue) -> object:
         """Run the tool with ``arguments`` (keyword arguments, as the tool loop passes them)."""
         return await self._run(self.check_arguments(arguments))
 
-    async def _run(self, arguments: JSONObject) -> Any:
+    async def _run(self, arguments: JSONObject) -> object:
         raise NotImplementedError
 
     async def aclose(self) -> None:

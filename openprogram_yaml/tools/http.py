@@ -28,11 +28,12 @@ import asyncio
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, TypeAlias
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from openprogram_yaml.errors import ToolError
-from openprogram_yaml.json_types import JSONValue
+from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.providers.http_client import (
     ClientPool,
     ClientSettings,
@@ -88,7 +89,7 @@ def HttpClients() -> ClientPool[HTTPClient]:
     return ClientPool(lambda: make_client(_CLIENT_SETTINGS))
 
 
-def _render_body(body: BodyTemplate, variables: Mapping[str, object]) -> Any:
+def _render_body(body: BodyTemplate, variables: Mapping[str, object]) -> object:
     if isinstance(body, Mapping):
         return {key: _render_body(value, variables) for key, value in body.items()}
     if isinstance(body, (list, tuple)):
@@ -114,7 +115,7 @@ def _secrets(headers: Mapping[str, str]) -> list[str]:
     return sorted(found, key=len, reverse=True)
 
 
-def _redact_value(value: Any, secrets: Sequence[str]) -> Any:
+def _redact_value(value: JSONValue, secrets: Sequence[str]) -> JSONValue:
     if isinstance(value, str):
         return redact(value, secrets)
     if isinstance(value, dict):
@@ -122,6 +123,17 @@ def _redact_value(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, list):
         return [_redact_value(item, secrets) for item in value]
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Rendered:
+    """One request's rendered parts: a text body goes as ``content``, any other as JSON."""
+
+    url: str
+    params: dict[str, str]
+    content: bytes | None = None
+    json: object = None
+    has_json: bool = False
 
 
 def _public_url(url: str) -> str:
@@ -187,7 +199,7 @@ class HttpTool(ConfiguredTool):
         self._owns_clients = clients is None
         self._clients = clients if clients is not None else HttpClients()
 
-    def _render(self, variables: Mapping[str, object], secrets: Sequence[str]) -> dict[str, Any]:
+    def _render(self, variables: Mapping[str, object], secrets: Sequence[str]) -> _Rendered:
         """The request's parts; a template failure names the part, never a header value."""
         part = "url"
         try:
@@ -202,12 +214,11 @@ class HttpTool(ConfiguredTool):
             raise ToolError(
                 f"could not build the request {part}: {redact(str(exc), secrets)}"
             ) from exc
-        request: dict[str, Any] = {"url": url, "params": params}
         if isinstance(body, str):
-            request["content"] = body.encode("utf-8")
-        elif body is not None:
-            request["json"] = body
-        return request
+            return _Rendered(url, params, content=body.encode("utf-8"))
+        if body is not None:
+            return _Rendered(url, params, json=body, has_json=True)
+        return _Rendered(url, params)
 
     def _rendered_headers(self, variables: Mapping[str, object]) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -223,12 +234,12 @@ class HttpTool(ConfiguredTool):
                 ) from None
         return out
 
-    async def _run(self, arguments: dict[str, Any]) -> Any:
+    async def _run(self, arguments: JSONObject) -> JSONValue:
         variables = self.template_variables(arguments)
         headers = self._rendered_headers(variables)
         secrets = _secrets(headers)
         request = self._render(variables, secrets)
-        where = f"{self.method} {_public_url(request['url'])}"
+        where = f"{self.method} {_public_url(request.url)}"
         try:
             async with asyncio.timeout(self.timeout_s):
                 status, content_type, data, truncated = await self._send(request, headers)
@@ -261,14 +272,14 @@ class HttpTool(ConfiguredTool):
         return redact(text, secrets)
 
     async def _send(
-        self, request: dict[str, Any], headers: dict[str, str]
+        self, request: _Rendered, headers: dict[str, str]
     ) -> tuple[int, str, bytes, bool]:
         """Status, content type, up to ``max_bytes`` of the body, and whether it was cut."""
-        url = _with_query(request["url"], request["params"])
-        content: bytes | None = request.get("content")
-        if "json" in request:
+        url = _with_query(request.url, request.params)
+        content = request.content
+        if request.has_json:
             content = json.dumps(
-                request["json"], ensure_ascii=False, separators=(",", ":"), allow_nan=False
+                request.json, ensure_ascii=False, separators=(",", ":"), allow_nan=False
             ).encode()
             if not any(name.lower() == "content-type" for name in headers):
                 headers = {**headers, "Content-Type": "application/json"}

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from openprogram_yaml.errors import ToolError
-from openprogram_yaml.json_types import JSONValue
+from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
 
 __all__ = ["PythonTarget", "PythonTool", "load_python_tool", "schema_from_signature"]
@@ -50,7 +50,7 @@ class PythonTarget:
     """A resolved ``module:attr``: the callable, and the module file hot reload watches."""
 
     ref: str
-    function: Callable[..., Any]
+    function: Callable[..., object]
     file: Path | None
 
 
@@ -214,7 +214,7 @@ def load_python_tool(
 
     if not named and not _project_module(module_name, root):
         raise _refusal(ref, module_name)
-    target: Any = module
+    target: object = module
     for part in attr.split("."):
         try:
             target = getattr(target, part)
@@ -223,11 +223,14 @@ def load_python_tool(
                 f"python tool {ref!r}: {module_name!r} has no attribute {attr!r}",
                 field="python",
             ) from None
-    _check_target(ref, target, root, packages)
-    return PythonTarget(ref, target, _module_file(module))
+    function = _check_target(ref, target, root, packages)
+    return PythonTarget(ref, function, _module_file(module))
 
 
-def _check_target(ref: str, target: Any, root: Path, packages: Collection[str]) -> None:
+def _check_target(
+    ref: str, target: object, root: Path, packages: Collection[str]
+) -> Callable[..., object]:
+    """``target`` if it is a function a python tool may call; ``ToolBuildError`` if not."""
     if inspect.isbuiltin(target) or isinstance(target, types.BuiltinMethodType):
         raise ToolBuildError(
             f"python tool {ref!r} is refused: it is a builtin; write a function in your project",
@@ -247,6 +250,7 @@ def _check_target(ref: str, target: Any, root: Path, packages: Collection[str]) 
         )
     if not (_named(defined_in, packages) or _project_module(defined_in, root)):
         raise _refusal(ref, defined_in, defined_in=True)
+    return target
 
 
 # --- parameters from a signature ---------------------------------------------------------
@@ -314,7 +318,7 @@ def _type_schema(hint: Any, where: str) -> dict[str, Any]:
     )
 
 
-def schema_from_signature(function: Callable[..., Any], name: str) -> tuple[str, dict[str, Any]]:
+def schema_from_signature(function: Callable[..., object], name: str) -> tuple[str, dict[str, Any]]:
     """``(description, parameters)`` for ``function``: its docstring's first line, and a
     JSON Schema object built from its signature, type hints and defaults."""
     try:
@@ -363,7 +367,7 @@ def schema_from_signature(function: Callable[..., Any], name: str) -> tuple[str,
     return _first_doc_line(function), parameters
 
 
-def _first_doc_line(function: Callable[..., Any]) -> str:
+def _first_doc_line(function: Callable[..., object]) -> str:
     doc = inspect.getdoc(function) or ""
     return (doc.strip().splitlines() or [""])[0].strip()
 
@@ -371,7 +375,7 @@ def _first_doc_line(function: Callable[..., Any]) -> str:
 # --- the tool ----------------------------------------------------------------------------
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     """A JSON-ready stand-in for values ``json`` cannot write (dataclasses, models, sets)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
@@ -385,7 +389,7 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def result_text(value: Any) -> str:
+def result_text(value: object) -> str:
     """A function's return value as the model sees it: text as is, anything else as JSON."""
     if isinstance(value, str):
         return value
@@ -425,7 +429,7 @@ class PythonTool(ConfiguredTool):
         super().__init__(name, description or derived_description, parameters)
         self._is_async = _is_async(self.target.function)
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+    def __reduce__(self) -> tuple[type[PythonTool], tuple[object, ...]]:
         # Pickled as what it was made from (the compile cache keeps compiled programs): the
         # function is looked up again, with the project root on sys.path, and what came from
         # its signature and docstring is read from them again, as they are now.
@@ -440,11 +444,11 @@ class PythonTool(ConfiguredTool):
     def files(self) -> frozenset[Path]:
         return frozenset({self.target.file}) if self.target.file is not None else frozenset()
 
-    async def _run(self, arguments: dict[str, Any]) -> Any:
+    async def _run(self, arguments: JSONObject) -> str:
         function = self.target.function
         try:
             if self._is_async:
-                value = await function(**arguments)
+                value = function(**arguments)  # awaited below
             else:
                 # A sync function may block; a worker thread keeps the event loop free.
                 value = await asyncio.to_thread(function, **arguments)
@@ -462,7 +466,7 @@ class PythonTool(ConfiguredTool):
             ) from exc
 
 
-def _is_async(function: Callable[..., Any]) -> bool:
+def _is_async(function: Callable[..., object]) -> bool:
     if inspect.iscoroutinefunction(function):
         return True
     call = getattr(type(function), "__call__", None)  # noqa: B004
@@ -470,7 +474,7 @@ def _is_async(function: Callable[..., Any]) -> bool:
 
 
 def _check_declared(
-    name: str, function: Callable[..., Any], declared: Mapping[str, JSONValue]
+    name: str, function: Callable[..., object], declared: Mapping[str, JSONValue]
 ) -> None:
     try:
         params = inspect.signature(function).parameters.values()
