@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtimes.protocol import (
     Capabilities,
     Message,
@@ -221,7 +222,7 @@ def _usage(messages: Sequence[Message], system: str | None, output: str) -> Usag
     return Usage(input_tokens=chars // 4 + 1, output_tokens=len(output) // 4 + 1)
 
 
-def _stream(on_delta: Any, result: RuntimeResult) -> None:
+def _stream(on_delta: object, result: RuntimeResult) -> None:
     if not callable(on_delta):
         return
     if result.thinking:
@@ -335,19 +336,23 @@ class Reply:
         return cls(content=content)
 
     @classmethod
-    def json(cls, value: Any) -> Reply:
+    def json(cls, value: object) -> Reply:
         return cls(content=json.dumps(value))
 
     @classmethod
     def call(
-        cls, name: str, arguments: Mapping[str, Any] | str | None = None, *, id: str | None = None
+        cls,
+        name: str,
+        arguments: Mapping[str, object] | str | None = None,
+        *,
+        id: str | None = None,
     ) -> Reply:
         """A reply calling one tool (``arguments`` as a mapping, or raw JSON text)."""
         return cls.calls((name, arguments, id))
 
     @classmethod
     def calls(
-        cls, *calls: tuple[str, Mapping[str, Any] | str | None, str | None] | ToolCall
+        cls, *calls: tuple[str, Mapping[str, object] | str | None, str | None] | ToolCall
     ) -> Reply:
         out: list[ToolCall] = []
         for item in calls:
@@ -406,7 +411,7 @@ class ScriptedRequest:
         return [t.name for t in self.tools]
 
     @property
-    def tool_choice(self) -> Any:
+    def tool_choice(self) -> str | JSONObject | None:
         return self.kwargs.get("tool_choice")
 
     @property
@@ -414,7 +419,7 @@ class ScriptedRequest:
         return self.kwargs.get("parallel_tool_calls")
 
     @property
-    def response_format(self) -> dict[str, Any] | None:
+    def response_format(self) -> JSONObject | None:
         return self.kwargs.get("response_format")
 
     @property
@@ -432,9 +437,9 @@ ScriptItem = (
     | TurnFailure
     | RuntimeResult
     | BaseException
-    | dict[str, Any]
-    | list[Any]
-    | Callable[[ScriptedRequest], Any]
+    | dict[str, object]
+    | list[object]
+    | Callable[[ScriptedRequest], object]
 )
 
 
@@ -454,7 +459,7 @@ class ScriptedRuntime:
         replies: Iterable[ScriptItem] = (),
         *,
         capabilities: Capabilities | None = None,
-        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        sleep: Callable[[float], Awaitable[object]] | None = None,
     ) -> None:
         self.script: list[ScriptItem] = list(replies)
         self.caps = capabilities or Capabilities()
@@ -475,7 +480,7 @@ class ScriptedRuntime:
     def capabilities(self, model_ref: str | None = None) -> Capabilities:
         return self.caps
 
-    def _reply(self, item: Any, request: ScriptedRequest) -> Reply:
+    def _reply(self, item: object, request: ScriptedRequest) -> Reply:
         if callable(item) and not isinstance(item, BaseException | Reply):
             item = item(request)
         if isinstance(item, BaseException):

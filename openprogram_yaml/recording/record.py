@@ -19,9 +19,17 @@ from typing import Any
 
 from .._file_writes import write_atomically
 from ..errors import ErrorReason
+from ..json_types import JSONObject
 from ..redaction import env_secrets, secrets_in_options
 from ..runtime.context import current_method
-from ..runtimes.protocol import Capabilities, Message, RuntimeResult, TurnFailure
+from ..runtimes.protocol import (
+    AgentRuntimeProtocol,
+    Capabilities,
+    Message,
+    RuntimeResult,
+    RuntimeSelectorProtocol,
+    TurnFailure,
+)
 from ..runtimes.wrapping import WrappedRuntime
 from .format import (
     FILE_HEADER,
@@ -44,7 +52,9 @@ def _utc_now() -> datetime.datetime:
 class RecordingRuntime(WrappedRuntime):
     """Forwards every call to ``inner``; successful turns are also written to disk."""
 
-    def __init__(self, inner: Any, owner: RecordingSelector, secrets: Iterable[str] = ()) -> None:
+    def __init__(
+        self, inner: AgentRuntimeProtocol, owner: RecordingSelector, secrets: Iterable[str] = ()
+    ) -> None:
         super().__init__(inner)
         self._owner = owner
         self._secrets = frozenset(secrets)
@@ -102,7 +112,7 @@ class RecordingSelector:
 
     def __init__(
         self,
-        inner: Any,
+        inner: RuntimeSelectorProtocol,
         directory: str | os.PathLike[str],
         *,
         secrets: Iterable[str] = (),
@@ -140,7 +150,7 @@ class RecordingSelector:
     def write(
         self,
         label: str | None,
-        request: dict[str, Any],
+        request: JSONObject,
         result: RuntimeResult,
         *,
         model_ref: str | None,

@@ -50,7 +50,7 @@ async def run_method(
     *,
     model: str | None = None,
     state: RunState | None = None,
-) -> object:
+) -> JSONValue:
     """Check the inputs, render, and call the model through ``runtime``.
 
     With ``choices``, the pick decides the result: a value, fields, or the result of the
@@ -82,7 +82,7 @@ async def _call(
     model: str | None,
     state: RunState,
     step: JSONObject,
-) -> object:
+) -> JSONValue:
     content = method.render(values)
     opts = method.options
     kwargs: dict[str, Any] = {}
@@ -99,7 +99,8 @@ async def _call(
         "max_tokens": opts.max_tokens,
         "thinking_level": opts.thinking_level,
     }
-    return await runtime.async_exec(
+    # A method's reply is text, a JSON value (response_format) or what its choices give.
+    result: JSONValue = await runtime.async_exec(
         content,
         response_format=dict(method.response_format) if method.response_format else None,
         model=model or opts.model,
@@ -110,6 +111,7 @@ async def _call(
         model_options=model_options,
         **kwargs,
     )
+    return result
 
 
 def _choices(
@@ -167,8 +169,8 @@ def _continue_with(
     model: str | None,
     state: RunState,
     step: JSONObject,
-) -> Callable[..., Awaitable[object]]:
-    async def go(**fields: JSONValue) -> object:
+) -> Callable[..., Awaitable[JSONValue]]:
+    async def go(**fields: JSONValue) -> JSONValue:
         step["choice"] = name
         if fields:
             step["fields"] = fields
@@ -178,8 +180,8 @@ def _continue_with(
     return go
 
 
-def _settle(option: ChoiceOption, step: JSONObject) -> Callable[..., object]:
-    def pick(**fields: JSONValue) -> object:
+def _settle(option: ChoiceOption, step: JSONObject) -> Callable[..., JSONValue]:
+    def pick(**fields: JSONValue) -> JSONValue:
         step["choice"] = option.name
         if option.schema is not None:
             step["fields"] = fields

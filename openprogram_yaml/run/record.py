@@ -14,10 +14,10 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from .._file_writes import append_lines
-from ..json_types import JSONValue
+from ..json_types import JSONObject, JSONValue
 from ..redaction import env_secrets, redact, secrets_in_options
 from .version import VersionStamp
 
@@ -40,8 +40,8 @@ class RunRecord:
     version: VersionStamp
     model: str | None = None
     status: Status = "ok"
-    output: Any = None
-    error: dict[str, Any] | None = None
+    output: JSONValue = None
+    error: dict[str, object] | None = None
     usage: dict[str, int] | None = None
     started_at: str = ""
     elapsed_s: float = 0.0
@@ -51,12 +51,12 @@ class RunRecord:
     #: What must never be shown of the run (see ``run_secrets``); not part of the record.
     secrets: frozenset[str] = frozenset()
     #: The methods the run passed through by ``choices``, with the pick made in each.
-    path: list[dict[str, Any]] = field(default_factory=list)
+    path: list[JSONObject] = field(default_factory=list)
     #: Tool calls not run for real (``{"name", "reason"}``, reason "offline" or "replay").
     tools_not_run: list[dict[str, str]] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "id": self.id,
             "agent": self.agent,
             "method": self.method,
@@ -102,13 +102,13 @@ def run_secrets(agent: Agent, environ: Mapping[str, str] | None = None) -> froze
     return frozenset(found)
 
 
-def error_dict(exc: BaseException) -> dict[str, Any]:
+def error_dict(exc: BaseException) -> dict[str, object]:
     """A JSON-able description of an error (the error's own ``to_dict`` when it has one)."""
     to_dict = getattr(exc, "to_dict", None)
     if callable(to_dict):
-        out: dict[str, Any] = to_dict()
+        out: dict[str, object] = to_dict()
         return out
-    data: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc)}
+    data: dict[str, object] = {"type": type(exc).__name__, "message": str(exc)}
     for attr in ("code", "issues", "kind"):
         if hasattr(exc, attr):
             data[attr] = getattr(exc, attr)

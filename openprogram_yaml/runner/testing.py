@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TextIO
+from typing import Protocol, TextIO
 
 from ..compile.program import Program
 from ..compile.prompt_tests import MISSING, CompiledTest, value_at
@@ -23,6 +23,7 @@ from ..run.record import RunRecord
 from ..run.version import VersionStamp
 from ..runtime.toolgate import arguments_match
 from ..runtime.trace import SessionTrace
+from ..runtimes.protocol import SelectorWrapper
 
 __all__ = ["TestOutcome", "check_expectations", "run_tests"]
 
@@ -48,7 +49,7 @@ class TestOutcome:
     record: RunRecord | None = None
     prompt: str = ""
     #: The tool calls the model made (run, doubled or not run): name and arguments.
-    calls: list[tuple[str, Any]] = field(default_factory=list)
+    calls: list[tuple[str, object]] = field(default_factory=list)
 
     @property
     def tools(self) -> list[str]:
@@ -60,17 +61,17 @@ class TestOutcome:
         return not self.problems
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = _text(value)
     return text if len(text) <= _SHOWN else text[:_SHOWN] + f"… ({len(text)} characters)"
 
 
 def check_expectations(
-    test: CompiledTest, record: RunRecord, calls: list[tuple[str, Any]]
+    test: CompiledTest, record: RunRecord, calls: list[tuple[str, object]]
 ) -> list[str]:
     """What the run did that the test did not expect, one line each.
 
@@ -115,7 +116,7 @@ def check_expectations(
         if picked != exp.choice:
             problems.append(f"expected the choice {exp.choice!r}, got {picked!r}")
     if exp.methods is not None:
-        taken = [s["method"] for s in steps]
+        taken = [str(s["method"]) for s in steps]
         if taken != list(exp.methods):
             problems.append(
                 f"expected the methods {' -> '.join(exp.methods)}, got {' -> '.join(taken)}"
@@ -154,7 +155,7 @@ async def _run_one(
     stamp: VersionStamp,
     test: CompiledTest,
     model: str | None,
-    wrap_selector: Callable[[Any], Any] | None,
+    wrap_selector: SelectorWrapper | None,
     live_tools: bool,
 ) -> TestOutcome:
     trace = SessionTrace()
@@ -199,7 +200,7 @@ async def run_tests(
     tests: Iterable[CompiledTest],
     *,
     model: str | None,
-    wrap_selector: Callable[[Any], Any] | None = None,
+    wrap_selector: SelectorWrapper | None = None,
     live_tools: bool = False,
     stream: Writer = sys.stdout,
     progress: TextIO | None = None,
