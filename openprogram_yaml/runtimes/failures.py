@@ -26,6 +26,7 @@ from .protocol import TurnFailure
 
 __all__ = [
     "MAX_ERROR_TEXT",
+    "PERMANENT_MARKERS",
     "PERMANENT_REASONS",
     "classify_error_text",
     "classify_exception",
@@ -34,6 +35,7 @@ __all__ = [
     "failure_from_exception",
     "failure_from_redirect",
     "failure_from_status",
+    "is_permanent_text",
     "is_quota_text",
     "is_retryable",
     "parse_retry_after",
@@ -41,7 +43,29 @@ __all__ = [
 ]
 
 _NUMBER = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)?\s*$"  # compiled (and cached by re) on first use
-_QUOTA_MARKERS = ("insufficient_quota", "quota", "billing")
+# A 429 saying one of these is an exhausted quota or plan, not a rate limit: waiting a few
+# seconds does not bring credit back.
+_QUOTA_MARKERS = (
+    "insufficient_quota",
+    "quota",
+    "billing",
+    "usage_limit_reached",
+    "usage limit reached",
+    "credit balance is too low",
+)
+#: Words that make any failure final, whatever its status or a runtime's ``retryable``
+#: (the seed's list: bad image data, expired or failed login, re-auth, bad credentials).
+PERMANENT_MARKERS = (
+    "not a valid image",
+    "invalid image",
+    "image data is not",
+    "login expired",
+    "login failed",
+    "re-auth",
+    "unauthorized",
+    "invalid api key",
+    "invalid_api_key",
+)
 
 
 def parse_retry_after(value: str | float | None, *, now: float | None = None) -> float | None:
@@ -89,16 +113,31 @@ def is_quota_text(text: str) -> bool:
     return any(marker in lowered for marker in _QUOTA_MARKERS)
 
 
+def is_permanent_text(text: str) -> bool:
+    """Whether an error message names a failure no retry can fix (``PERMANENT_MARKERS``)."""
+    lowered = text.lower()
+    return any(marker in lowered for marker in PERMANENT_MARKERS)
+
+
+def _final_if_permanent(failure: TurnFailure) -> TurnFailure:
+    if failure.retryable and is_permanent_text(failure.message):
+        failure.retryable = False
+        failure.retry_after_s = None
+    return failure
+
+
 def classify_status(status: int, text: str = "") -> tuple[str, bool]:
     """``(reason, retryable)`` for an HTTP status code (``text`` is the error body, if any).
 
     401/403 are bad credentials and 400/404/413/422 bad requests: final. 429 is a retryable
-    rate limit unless the body speaks of quota or billing; 408 is a timeout; 409, 425 and
-    5xx are the server's trouble and retryable.
+    rate limit unless the body speaks of an exhausted quota, plan or credit (final, as is
+    any 4xx that does); 408 is a timeout; 409, 425 and 5xx are the server's trouble and
+    retryable.
     """
     if status in (401, 403):
         return ErrorReason.AUTH.value, False
-    if status == 402 or (status == 429 and is_quota_text(text)):
+    # Anthropic says "credit balance is too low" with a 400: an exhausted quota all the same.
+    if status == 402 or (400 <= status < 500 and is_quota_text(text)):
         return ErrorReason.QUOTA.value, False
     if status == 429:
         return ErrorReason.RATE_LIMIT.value, True
@@ -123,8 +162,13 @@ PERMANENT_REASONS = frozenset(
 
 
 def is_retryable(failure: TurnFailure) -> bool:
-    """Whether another attempt could succeed."""
-    return failure.retryable and failure.reason not in PERMANENT_REASONS
+    """Whether another attempt could succeed: not when the runtime said no, the reason is
+    permanent, or the message names a permanent failure."""
+    return (
+        failure.retryable
+        and failure.reason not in PERMANENT_REASONS
+        and not is_permanent_text(failure.message)
+    )
 
 
 # --- what a runtime raised or reported ---------------------------------------------------
@@ -133,10 +177,15 @@ def is_retryable(failure: TurnFailure) -> bool:
 # Ordered: the first pattern that matches decides. Checked against "ClassName: message".
 _TEXT_PATTERNS: tuple[tuple[str, ErrorReason, bool], ...] = (
     (r"transport.?exhausted", ErrorReason.TRANSPORT_EXHAUSTED, False),
-    (r"insufficient.?quota|quota.{0,20}exceeded|billing|\b402\b", ErrorReason.QUOTA, False),
+    (
+        r"insufficient.?quota|quota.{0,20}exceeded|billing|usage.?limit.?reached|"
+        r"credit balance is too low|\b402\b",
+        ErrorReason.QUOTA,
+        False,
+    ),
     (
         r"invalid.{0,10}api.?key|unauthori[sz]ed|authentication|permission.?denied|forbidden|"
-        r"expired.{0,20}(key|token|credential)|\b40[13]\b",
+        r"expired.{0,20}(key|token|credential)|login.?(expired|failed)|re-?auth|\b40[13]\b",
         ErrorReason.AUTH,
         False,
     ),
@@ -149,7 +198,8 @@ _TEXT_PATTERNS: tuple[tuple[str, ErrorReason, bool], ...] = (
     ),
     (r"connect|network|reset by peer|broken pipe|eof", ErrorReason.CONNECTION, True),
     (
-        r"bad.?request|invalid.?request|invalid image|unprocessable|\b4(00|04|13|22)\b",
+        r"bad.?request|invalid.?request|invalid image|not a valid image|image data is not|"
+        r"unprocessable|\b4(00|04|13|22)\b",
         ErrorReason.INVALID_REQUEST,
         False,
     ),
@@ -229,7 +279,7 @@ def classify_exception(exc: BaseException) -> TurnFailure:
     elif marked is True and failure.reason not in PERMANENT_REASONS:
         failure.retryable = True
     failure.retry_after_s = float(retry_after) if retry_after is not None else None
-    return failure
+    return _final_if_permanent(failure)
 
 
 # --- HTTP replies and client exceptions -------------------------------------------------
@@ -278,12 +328,14 @@ def failure_from_status(
         message += f": {detail}"
     if retry_after is not None and retryable:
         message += f" (retry after {retry_after:g}s)"
-    return TurnFailure(
-        reason=reason,
-        message=redact(message, secrets),
-        retryable=retryable,
-        http_status=status,
-        retry_after_s=retry_after if retryable else None,
+    return _final_if_permanent(
+        TurnFailure(
+            reason=reason,
+            message=redact(message, secrets),
+            retryable=retryable,
+            http_status=status,
+            retry_after_s=retry_after if retryable else None,
+        )
     )
 
 
@@ -320,10 +372,10 @@ def failure_from_body_error(
         failure.message = redact(failure.message, secrets)
         return failure
     reason, retryable = _BODY_ERROR_TYPES.get(kind, (ErrorReason.SERVER_ERROR, True))
-    if kind not in _BODY_ERROR_TYPES and is_quota_text(detail):
+    if reason is not ErrorReason.AUTH and is_quota_text(f"{kind} {detail}"):
         reason, retryable = ErrorReason.QUOTA, False
     message = f"{provider}: {kind or 'error'}: {detail[:MAX_ERROR_TEXT]}"
-    return TurnFailure(reason.value, redact(message, secrets), retryable)
+    return _final_if_permanent(TurnFailure(reason.value, redact(message, secrets), retryable))
 
 
 def failure_from_redirect(

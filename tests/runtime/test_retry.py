@@ -90,6 +90,33 @@ def test_permanent_errors_are_raised_at_once(
     assert info.value.attempts == 1
 
 
+@pytest.mark.parametrize(
+    "message",
+    ["500: image data is not valid base64", "gateway: login expired, please re-auth"],
+)
+def test_a_failure_naming_a_permanent_marker_is_never_retried(
+    make: Any, clock: FakeClock, message: str
+) -> None:
+    # The runtime calls it a retryable server error; the words make it final.
+    rt, model = make([Reply.fail("server_error", message, retryable=True), "never"])
+    with pytest.raises(LLMError) as info:
+        rt.exec("hi")
+    assert (len(model.requests), clock.sleeps, info.value.retryable) == (1, [], False)
+
+
+def test_an_exhausted_quota_from_a_call_function_is_final(clock: FakeClock) -> None:
+    calls: list[str] = []
+
+    def spent(content: object, model: str, response_format: object) -> str:
+        calls.append(model)
+        raise RuntimeError("429: usage_limit_reached for this plan")
+
+    rt = Runtime(call=spent, clock=clock.now, sleep=clock.sleep)
+    with pytest.raises(LLMError) as info:
+        rt.exec("hi")
+    assert (len(calls), info.value.reason, info.value.retryable) == (1, "quota", False)
+
+
 @pytest.mark.parametrize("exc", [TypeError("bad call"), NotImplementedError("no provider")])
 def test_programming_errors_propagate_without_retry(make: Any, exc: Exception) -> None:
     rt, model = make([exc, "never"])

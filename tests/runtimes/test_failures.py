@@ -9,13 +9,17 @@ import httpx
 import pytest
 
 from openprogram_yaml.runtimes.failures import (
+    PERMANENT_MARKERS,
+    classify_error_text,
     classify_exception,
     failure_from_body_error,
     failure_from_exception,
     failure_from_status,
+    is_retryable,
     parse_retry_after,
     retry_after_from_headers,
 )
+from openprogram_yaml.runtimes.protocol import TurnFailure
 
 
 @pytest.mark.parametrize(
@@ -142,3 +146,47 @@ def test_classify_exception() -> None:
     marked = ValueError("weird")
     marked.retryable = False  # type: ignore[attr-defined]
     assert classify_exception(marked).retryable is False
+
+
+# --- errors that are final (next-step-decision.md, "Errors that are never retried") -------
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (429, {"error": {"type": "usage_limit_reached", "message": "The usage limit was hit"}}),
+        (
+            400,
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "Your credit balance is too low to access the Anthropic API.",
+                },
+            },
+        ),
+    ],
+)
+def test_an_exhausted_quota_is_final_not_a_rate_limit(status: int, body: object) -> None:
+    failure = failure_from_status(status, {}, json.dumps(body).encode(), provider="p")
+    assert (failure.reason, failure.retryable, failure.retry_after_s) == ("quota", False, None)
+
+
+def test_an_exhausted_quota_inside_a_stream_is_final() -> None:
+    failure = failure_from_body_error(
+        {"type": "usage_limit_reached", "message": "limit reached"}, provider="p"
+    )
+    assert (failure.reason, failure.retryable) == ("quota", False)
+    assert classify_error_text("credit balance is too low").reason == "quota"
+
+
+@pytest.mark.parametrize("marker", PERMANENT_MARKERS)
+def test_the_permanent_markers_make_any_failure_final(marker: str) -> None:
+    message = f"Upstream said: {marker.upper()} (request 7)"
+    assert failure_from_status(503, {}, message.encode(), provider="p").retryable is False
+    body_error = failure_from_body_error({"type": "api_error", "message": message}, provider="p")
+    assert body_error.retryable is False
+    assert classify_exception(ConnectionError(message)).retryable is False
+    assert classify_error_text(message).retryable is False
+    # A runtime's own TurnFailure saying retryable=True does not override the words.
+    assert not is_retryable(TurnFailure("server_error", message, True))
