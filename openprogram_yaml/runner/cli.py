@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..run.record import RunRecord
     from ..runtime.retry import RetryInfo
     from ..runtimes.protocol import RuntimeSelectorProtocol, SelectorWrapper
+    from .terminal_asker import TerminalAsker
 
 __all__ = ["main"]
 
@@ -33,11 +34,12 @@ Run a method of a YAML agent:
   openprogram-run PATH [METHOD] [-i NAME=VALUE]... [--input-json JSON|@FILE]
                   [--model PROVIDER:MODEL] [--json] [--trace FILE]
                   [--records FILE] [--record DIR | --replay DIR] [--watch]
-                  [--live-tools] [--quiet]
+                  [--live-tools] [--yes] [--quiet]
   PATH is an agent file or a project folder (with openprogram.yaml); in a project,
   METHOD may be AGENT.METHOD. --watch re-runs with the same inputs whenever a file
   of the agent changes. Under the offline `test` model no http or command tool runs
-  unless --live-tools is given.
+  unless --live-tools is given. Tools declared `confirm` ask on the terminal first
+  (--yes approves them all; with no terminal and no --yes they are refused).
 
 Other commands:
   openprogram-run serve PATH [--port N] [--records FILE]
@@ -56,6 +58,10 @@ Exit status: 0 success, 1 the run failed, 2 usage or config error.
 
 
 _LIVE_TOOLS_HELP = "run http and command tools for real under the offline `test` model too"
+_YES_HELP = (
+    "approve every tool confirmation of the run (without it, and with no terminal to ask "
+    "on, tools declared `confirm` are refused)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,6 +102,7 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--replay", metavar="DIR", type=Path, help="answer from the recordings in DIR")
     p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
+    p.add_argument("-y", "--yes", action="store_true", help=_YES_HELP)
     p.add_argument(
         "-q", "--quiet", action="store_true", help="print no line on stderr when a call is retried"
     )
@@ -242,6 +249,8 @@ def _cmd_run(argv: Sequence[str]) -> int:
                 wrap_selector=wrap,
                 live_tools=args.live_tools,
                 on_retry=None if args.quiet else _RetryLine(status, secrets),
+                asker=_terminal_asker(status),
+                approve_all=args.yes,
             )
         )
     finally:
@@ -260,6 +269,15 @@ def _cmd_run(argv: Sequence[str]) -> int:
         _emit(sys.stderr, f"error: {kind}: {record.error.get('message', '')}", secrets)
     # A run that succeeded but whose trace or record was lost did not do all it was asked.
     return code or (0 if kept else 1)
+
+
+def _terminal_asker(status: _Status) -> TerminalAsker | None:
+    """The terminal to ask the person on, when stdin and stdout are one; else nobody."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        return None
+    from .terminal_asker import TerminalAsker
+
+    return TerminalAsker(sys.stdin.fileno(), sys.stdout, before=status.clear)
 
 
 def _run_to_the_end(run: Coroutine[object, object, RunRecord]) -> tuple[RunRecord, int]:
@@ -330,7 +348,8 @@ def _refused_outputs(args: argparse.Namespace) -> bool:
 def _not_run_note(not_run: list[dict[str, str]]) -> str:
     """One line on stderr: which tools the model asked for that did not run, and why."""
     offline = sorted({e["name"] for e in not_run if e["reason"] == "offline"})
-    replay = sorted({e["name"] for e in not_run if e["reason"] != "offline"})
+    replay = sorted({e["name"] for e in not_run if e["reason"] == "replay"})
+    unconfirmed = sorted({e["name"] for e in not_run if e["reason"] == "unconfirmed"})
     parts = []
     if offline:
         parts.append(
@@ -339,6 +358,10 @@ def _not_run_note(not_run: list[dict[str, str]]) -> str:
         )
     if replay:
         parts.append(f"not run, no result in the recording: {', '.join(replay)}")
+    if unconfirmed:
+        parts.append(
+            f"not run, nobody to confirm them: {', '.join(unconfirmed)} (pass --yes to approve)"
+        )
     return "note: tools " + "; ".join(parts)
 
 
@@ -733,9 +756,9 @@ def _cmd_runtimes(argv: Sequence[str]) -> int:
     p = _Parser(prog="openprogram-run runtimes", description="List registered runtimes.")
     p.add_argument("--json", action="store_true", help="print JSON")
     args = p.parse_args(argv)
-    from ..runtimes.registry import list_runtimes
+    from ..runtimes.registry import runtime_entries
 
-    entries = list_runtimes()
+    entries = runtime_entries()
     if args.json:
         rows = [
             {

@@ -24,13 +24,14 @@ if TYPE_CHECKING:
     from openprogram_yaml.runtime.retry import RecoveryBudget, RetryInfo, backoff_delay
     from openprogram_yaml.runtime.runtime import Runtime
     from openprogram_yaml.runtime.structured import (
-        ResponseFormat,
+        JsonSchemaOutput,
         normalize_response_format,
         parse_json_strict,
     )
     from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, ToolsetPreset
     from openprogram_yaml.runtime.trace import SessionTrace, TraceNode
     from openprogram_yaml.runtime.turn_end import UNSET
+    from openprogram_yaml.runtimes.protocol import RuntimeDelta, RuntimeResult
 
 _EXPORTS: dict[str, str] = {
     "UNSET": "turn_end",
@@ -41,7 +42,7 @@ _EXPORTS: dict[str, str] = {
     "RecoveryBudget": "retry",
     "RetryInfo": "retry",
     "backoff_delay": "retry",
-    "ResponseFormat": "structured",
+    "JsonSchemaOutput": "structured",
     "normalize_response_format": "structured",
     "parse_json_strict": "structured",
     "Runtime": "runtime",
@@ -50,6 +51,10 @@ _EXPORTS: dict[str, str] = {
     "Tool": "toolsets",
     "ToolPolicy": "toolsets",
     "ToolsetPreset": "toolsets",
+    # The seed's deep path (``praisonaiagents.runtime.RuntimeResult``): a custom runtime's
+    # result types, defined with the protocol in ``runtimes/protocol`` (relative to here).
+    "RuntimeDelta": ".runtimes.protocol",
+    "RuntimeResult": ".runtimes.protocol",
 }
 
 __all__ = [
@@ -57,10 +62,12 @@ __all__ = [
     "CallableRuntime",
     "Choice",
     "ChoiceSet",
+    "JsonSchemaOutput",
     "RecoveryBudget",
-    "ResponseFormat",
     "RetryInfo",
     "Runtime",
+    "RuntimeDelta",
+    "RuntimeResult",
     "SessionTrace",
     "Tool",
     "ToolPolicy",

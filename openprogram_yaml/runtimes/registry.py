@@ -40,10 +40,10 @@ __all__ = [
     "clear",
     "get_runtime_entry",
     "is_runtime_available",
-    "list_runtime_names",
     "list_runtimes",
     "register_runtime",
     "resolve_runtime",
+    "runtime_entries",
     "unregister_runtime",
 ]
 
@@ -446,14 +446,15 @@ def is_runtime_available(runtime_id: str) -> bool:
     return RuntimeRegistry().is_available(runtime_id)
 
 
-def list_runtimes() -> list[RuntimeRegistryEntry]:
+def list_runtimes() -> list[str]:
+    """Ids of the usable runtimes, as the protocol's example iterates over them
+    (``runtime_entries()`` gives their metadata)."""
+    return RuntimeRegistry().list_names()
+
+
+def runtime_entries() -> list[RuntimeRegistryEntry]:
     """Every registered runtime with its metadata (origin, distribution, version…)."""
     return RuntimeRegistry().list_runtimes()
-
-
-def list_runtime_names() -> list[str]:
-    """Ids of the usable runtimes."""
-    return RuntimeRegistry().list_names()
 
 
 def get_runtime_entry(runtime_id: str) -> RuntimeRegistryEntry | None:

@@ -112,7 +112,7 @@ def on_path(plugin_site: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 
 def test_a_plugin_is_listed_with_its_origin(on_path: Path) -> None:
     with pytest.warns(RuntimeWarning, match="runtime plugin 'broken'"):
-        entries = {e.runtime_id: e for e in reg.list_runtimes()}
+        entries = {e.runtime_id: e for e in reg.runtime_entries()}
     shout = entries["shout"]
     assert shout.display_name == "Shout"
     assert shout.description == "Shouts the prompt back."
@@ -131,7 +131,7 @@ def test_a_broken_plugin_is_reported_not_fatal(on_path: Path) -> None:
     assert "ImportError: this plugin needs a library" in broken.metadata["error"]
     assert broken.metadata["available"] is False
     assert not reg.is_runtime_available("broken")
-    assert "broken" not in reg.list_runtime_names()
+    assert "broken" not in reg.list_runtimes()
     with pytest.raises(ValueError, match="could not be loaded"):
         reg.resolve_runtime("broken")
     assert reg.is_runtime_available("shout")  # the others still load
@@ -160,7 +160,7 @@ def test_plugins_load_on_first_use_not_at_import_or_discovery(plugin_site: Path)
         import openprogram_yaml
         from openprogram_yaml.runtimes import registry, select
         assert "opy_shout" not in sys.modules, "loaded at import"
-        assert "shout" in registry.list_runtime_names()
+        assert "shout" in registry.list_runtimes()
         assert "opy_shout" not in sys.modules, "loaded by discovery"
         registry.resolve_runtime("shout")
         assert "opy_shout" in sys.modules, "not loaded on use"

@@ -49,9 +49,44 @@ def test_the_seed_quick_start_works(default_registry: RuntimeRegistry) -> None:
     reg.register_runtime("echo", lambda: EchoRuntime())
     runtime = reg.resolve_runtime("echo")
     assert asyncio.run(runtime.run_turn("Hello!")).content == "echo: Hello!"
-    assert "echo" in reg.list_runtime_names()
+    assert "echo" in reg.list_runtimes()
     assert reg.is_runtime_available("echo")
     assert RuntimeRegistry() is default_registry  # one registry per process
+
+
+def test_the_seeds_import_paths_and_list_runtimes_giving_ids(
+    default_registry: RuntimeRegistry,
+) -> None:
+    # Written as the protocol page writes it, with our package name in place of theirs.
+    from openprogram_yaml import list_runtimes, register_runtime, resolve_runtime
+    from openprogram_yaml.runtime import RuntimeDelta, RuntimeResult
+    from openprogram_yaml.runtime.registry import (
+        add_runtime_alias,
+        is_runtime_available,
+        unregister_runtime,
+    )
+
+    class MyRuntime:
+        def supports(self, model_ref: str | None = None) -> bool:
+            return True
+
+        async def run_turn(self, prompt: str, **kwargs: Any) -> RuntimeResult:
+            return RuntimeResult(content=f"handled: {prompt}")
+
+        async def stream_turn(self, prompt: str, **kwargs: Any) -> AsyncIterator[RuntimeDelta]:
+            yield RuntimeDelta(type="text", content=f"handled: {prompt}")
+
+    register_runtime("my-llm", lambda: MyRuntime())
+    add_runtime_alias("default", "my-llm")
+    assert asyncio.run(resolve_runtime("default").run_turn("hi")).content == "handled: hi"
+    listed = [runtime_id for runtime_id in list_runtimes()]
+    assert "my-llm" in listed and "openai" in listed
+    assert all(isinstance(runtime_id, str) for runtime_id in listed)
+    # The entries, with their metadata, stay available under another name.
+    (mine,) = [e for e in reg.runtime_entries() if e.runtime_id == "my-llm"]
+    assert (mine.metadata["origin"], mine.metadata["aliases"]) == ("code", ["default"])
+    assert is_runtime_available("my-llm")
+    assert unregister_runtime("my-llm") and not is_runtime_available("default")
 
 
 def test_factories_give_fresh_instances_and_instances_are_shared(registry: RuntimeRegistry) -> None:
@@ -187,14 +222,14 @@ def test_registration_is_thread_safe(registry: RuntimeRegistry) -> None:
 
 
 def test_builtins_come_through_the_entry_point_path(default_registry: RuntimeRegistry) -> None:
-    entries = {e.runtime_id: e for e in reg.list_runtimes()}
+    entries = {e.runtime_id: e for e in reg.runtime_entries()}
     for runtime_id in ("openai", "anthropic"):
         entry = entries[runtime_id]
         assert entry.is_builtin
         assert entry.metadata["origin"] == "builtin"
         assert entry.metadata["distribution"] == "openprogram-yaml"
         assert entry.metadata["entry_point"].startswith("openprogram_yaml.providers.")
-    names = reg.list_runtime_names()
+    names = reg.list_runtimes()
     assert names.index("openai") < names.index("anthropic")
 
 
