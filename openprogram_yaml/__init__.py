@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .compile.program import Agent, Method, Program
     from .compile.project import compile_agent_files, compile_path
     from .errors import (
+        AskTimeout,
         ConfigError,
         DecisionError,
         Diagnostic,
@@ -29,9 +30,17 @@ if TYPE_CHECKING:
         StructuredOutputValidationError,
         ToolError,
         UsageError,
+        UserDeclined,
     )
     from .providers.test import FakeClock, Reply, ScriptedRuntime, TestRuntime
-    from .runtime import RetryInfo, Runtime, SessionTrace, ToolsetPreset, TraceNode
+    from .runtime import (
+        JsonSchemaOutput,
+        RetryInfo,
+        Runtime,
+        SessionTrace,
+        ToolsetPreset,
+        TraceNode,
+    )
     from .runtimes.protocol import (
         AgentRuntimeProtocol,
         Capabilities,
@@ -65,6 +74,7 @@ _EXPORTS: dict[str, str] = {
     "compile_agent_files": "compile.project",
     "compile_path": "compile.project",
     # errors
+    "AskTimeout": "errors",
     "ConfigError": "errors",
     "DecisionError": "errors",
     "Diagnostic": "errors",
@@ -79,7 +89,9 @@ _EXPORTS: dict[str, str] = {
     "StructuredOutputValidationError": "errors",
     "ToolError": "errors",
     "UsageError": "errors",
+    "UserDeclined": "errors",
     # runtime
+    "JsonSchemaOutput": "runtime",
     "RetryInfo": "runtime",
     "Runtime": "runtime",
     "SessionTrace": "runtime",
@@ -117,6 +129,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Agent",
     "AgentRuntimeProtocol",
+    "AskTimeout",
     "Capabilities",
     "ConfigError",
     "DecisionError",
@@ -124,6 +137,7 @@ __all__ = [
     "ErrorReason",
     "FakeClock",
     "InputValidationError",
+    "JsonSchemaOutput",
     "LLMError",
     "Message",
     "Method",
@@ -156,6 +170,7 @@ __all__ = [
     "TurnFailure",
     "Usage",
     "UsageError",
+    "UserDeclined",
     "add_runtime_alias",
     "compile_agent_files",
     "compile_path",

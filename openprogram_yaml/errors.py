@@ -12,6 +12,8 @@
     │   │                                     "missing_submission" | "mixed_submission"
     │   └── StructuredOutputGenerationError   "refusal" | "incomplete"
     ├── DecisionError (ValueError)        a `choices` pick that stayed invalid
+    ├── UserDeclined                      the person declined a question (Runtime.ask …)
+    ├── AskTimeout (TimeoutError)         no answer in time, or nobody to ask, and no default
     └── ToolError                         a tool failed (seen by the model as an error result)
 
 Foreign exceptions (httpx, jsonschema, yaml, pydantic) are translated at the boundary
@@ -26,6 +28,7 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "AskTimeout",
     "ConfigError",
     "DecisionError",
     "Diagnostic",
@@ -40,6 +43,7 @@ __all__ = [
     "StructuredOutputValidationError",
     "ToolError",
     "UsageError",
+    "UserDeclined",
 ]
 
 #: At most this many issues are kept on an error, so messages stay readable.
@@ -203,13 +207,28 @@ class StructuredOutputGenerationError(StructuredOutputError):
 
 
 class DecisionError(OpenProgramError, ValueError):
-    """The model's ``choices`` pick stayed invalid after the allowed re-picks."""
+    """The model's ``choices`` pick stayed invalid after the allowed re-picks.
 
-    def __init__(self, message: str, *, kind: str = "invalid", issues: Iterable[str] = ()) -> None:
+    ``kind`` names the failure (``no_pick``, ``unknown_call``, ``missing_args``, ...);
+    ``reply`` is the head of the reply that held the last invalid pick.
+    """
+
+    def __init__(
+        self, message: str, *, kind: str = "invalid", issues: Iterable[str] = (), reply: str = ""
+    ) -> None:
         self.kind = kind
         self.issues: list[str] = list(issues)[:MAX_ISSUES]
+        self.reply = reply
         super().__init__(message)
 
 
 class ToolError(OpenProgramError):
     """A tool could not run or failed. Inside the tool loop the model sees it as a result."""
+
+
+class UserDeclined(OpenProgramError):
+    """The person declined to answer a question (``Runtime.ask``, ``confirm``, ``form``)."""
+
+
+class AskTimeout(OpenProgramError, TimeoutError):
+    """No answer came in time (or nobody is there to ask) and the question had no default."""

@@ -313,6 +313,12 @@ def compile_agent(
             methods[name] = compiled
     toolsets = compile_toolsets(col, doc, ctx.toolsets)
     tools, method_tool_refs = build_tools(engine, col, doc, ctx)
+    if spec.ask_user and "ask_user" in spec.tools:
+        col.at(
+            doc.source,
+            ("tools", "ask_user"),
+            "'ask_user' is the built-in tool that 'ask_user: true' adds; rename this tool",
+        )
     rules = tuple(RuntimeRule(r.match, r.runtime, dict(r.options)) for r in spec.runtimes)
     has_model = _check_model(col, doc)
     if len(methods) != len(spec.methods) or not has_model:
@@ -333,6 +339,7 @@ def compile_agent(
         tools=tuple(tools),
         method_tools=PendingMethodTools(method_tool_refs),
         toolsets=toolsets,
+        ask_user=spec.ask_user,
     )
 
 

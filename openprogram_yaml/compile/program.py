@@ -226,6 +226,8 @@ class Agent:
     method_tools: Mapping[str, Method] = field(default_factory=dict)
     toolsets: Mapping[str, ToolsetPreset] = field(default_factory=dict)
     providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
+    #: The built-in ``ask_user`` tool is offered with the agent's tools (``ask_user: true``).
+    ask_user: bool = False
 
     @reprlib.recursive_repr()
     def __repr__(self) -> str:

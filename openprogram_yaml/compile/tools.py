@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Diagnostic, ToolError
 from ..spec.loader import AgentDocument
@@ -18,6 +18,9 @@ from .context import Collector, ProjectContext
 from .paths import resolve_inside
 from .templates import CompiledTemplate, TemplateEngine
 from .url_templates import UrlTemplate
+
+if TYPE_CHECKING:
+    from ..tools.base import ConfiguredTool
 
 __all__ = ["build_tools"]
 
@@ -197,6 +200,28 @@ def _build_one(
     return None
 
 
+def _add_confirm(
+    engine: TemplateEngine,
+    col: Collector,
+    doc: AgentDocument,
+    name: str,
+    tool: AgentToolSpec,
+    built: ConfiguredTool,
+) -> None:
+    """Set the tool's ``confirm``: a question template is checked against its parameters."""
+    from ..tools.base import ConfirmQuestion
+
+    if isinstance(tool.confirm, bool):
+        built.confirm = tool.confirm
+        return
+    declared = _params(built.spec.parameters)
+    template = _compile_text(
+        engine, col, doc, tool.confirm, ("tools", name, "confirm"), declared, name
+    )
+    if template is not None:
+        built.confirm = ConfirmQuestion(template)
+
+
 def _all_compiled(templates: dict[str, CompiledTemplate | None]) -> dict[str, CompiledTemplate]:
     """The templates of a mapping, once every one compiled (checked by the caller)."""
     return {k: v for k, v in templates.items() if v is not None}
@@ -221,5 +246,6 @@ def build_tools(
             continue
         built = _build_one(engine, col, doc, name, tool, ctx)
         if built is not None:
+            _add_confirm(engine, col, doc, name, tool, built)
             tools.append(built)
     return tools, method_refs

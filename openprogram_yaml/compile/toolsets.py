@@ -42,7 +42,8 @@ def check_tool_selection(
         ok = False
     for key in ("tools_allow", "tools_deny"):
         for i, pattern in enumerate(getattr(method, key) or ()):
-            if not is_glob(pattern) and pattern not in spec.tools:
+            builtin = pattern == "ask_user" and spec.ask_user
+            if not is_glob(pattern) and pattern not in spec.tools and not builtin:
                 col.at(
                     doc.source,
                     ("methods", name, key, i),

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from ..runtime import Runtime
+from ..runtime.asking import ask_user_tool
 from ..runtimes.protocol import RuntimeSelectorProtocol, SelectorWrapper
 from ..runtimes.select import RuntimeSelector
 from .method import method_tool
@@ -15,6 +16,7 @@ from .method import method_tool
 if TYPE_CHECKING:
     from ..compile.program import Agent
     from ..runtime import SessionTrace
+    from ..runtime.asking import Asker
     from ..runtime.retry import RetryInfo
     from ..runtime.toolgate import ToolGate
 
@@ -37,11 +39,13 @@ async def open_runtime(
     trace: SessionTrace | None = None,
     tool_gate: ToolGate | None = None,
     on_retry: Callable[[RetryInfo], object] | None = None,
+    asker: Asker | None = None,
 ) -> AsyncIterator[Runtime]:
     """A ``Runtime`` set up from ``agent``'s model, retry policy and runtime rules.
 
     ``wrap_selector`` may put something between the runtime and the selector (recording
     every turn, or replaying recorded ones); what it returns is closed on exit.
+    ``asker`` answers questions and confirmations (None: nobody is there).
     Closes the runtime and every provider client it opened on exit.
     """
     selector: RuntimeSelectorProtocol = selector_for(agent)
@@ -57,7 +61,10 @@ async def open_runtime(
         trace=trace,
         tool_gate=tool_gate,
         on_retry=on_retry,
+        asker=asker,
     )
+    if agent.ask_user:
+        runtime.register_tools(ask_user_tool(runtime.asking))
     runtime.register_tools(
         *(method_tool(name, m, runtime) for name, m in agent.method_tools.items())
     )

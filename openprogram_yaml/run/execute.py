@@ -19,6 +19,7 @@ from .version import VersionStamp
 
 if TYPE_CHECKING:
     from ..compile.program import Program
+    from ..runtime.asking import Asker
     from ..runtime.retry import RetryInfo
     from ..runtime.toolgate import ToolDouble
     from ..runtime.trace import SessionTrace
@@ -40,13 +41,17 @@ async def execute_run(
     live_tools: bool = False,
     tool_doubles: Mapping[str, tuple[ToolDouble, ...]] | None = None,
     on_retry: Callable[[RetryInfo], object] | None = None,
+    asker: Asker | None = None,
+    approve_all: bool = False,
 ) -> RunRecord:
     """Run one method of ``program`` and describe the outcome; never raises for a failed run.
 
     Under the offline ``test`` model no http or command tool runs for real unless
     ``live_tools``; ``tool_doubles`` answer for the tools they name instead of running them.
     ``wrap_selector`` may put something between the runtime and its selector (recording,
-    replay). ``on_retry`` is told of every retry of a model call.
+    replay). ``on_retry`` is told of every retry of a model call. ``asker`` puts questions
+    and tool confirmations to the person (None: nobody is there, so a tool declared
+    ``confirm`` is refused); ``approve_all`` (``--yes``) approves every confirmation.
 
     A cancelled run (shutdown after the grace period) ends as an ``interrupted`` record, so
     callers always get a record to write.
@@ -73,10 +78,18 @@ async def execute_run(
             )
         state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS)
         record.path = state.path
-        gate = ToolGate(live_tools=live_tools, doubles=tool_doubles or {})
+        gate = ToolGate(
+            live_tools=live_tools, doubles=tool_doubles or {}, approve_all=approve_all
+        )
         record.tools_not_run = gate.not_run
+        record.confirmations = gate.confirmations
         async with open_runtime(
-            agent, trace=trace, wrap_selector=wrap_selector, tool_gate=gate, on_retry=on_retry
+            agent,
+            trace=trace,
+            wrap_selector=wrap_selector,
+            tool_gate=gate,
+            on_retry=on_retry,
+            asker=asker,
         ) as runtime:
             try:
                 if trace is None:

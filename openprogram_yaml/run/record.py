@@ -54,6 +54,8 @@ class RunRecord:
     path: list[JSONObject] = field(default_factory=list)
     #: Tool calls not run for real (``{"name", "reason"}``, reason "offline" or "replay").
     tools_not_run: list[dict[str, str]] = field(default_factory=list)
+    #: Every confirmation a tool asked for: ``{"name", "question", "answer", "by"}``.
+    confirmations: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -72,6 +74,8 @@ class RunRecord:
             out["path"] = self.path
         if self.tools_not_run:
             out["tools_not_run"] = self.tools_not_run
+        if self.confirmations:
+            out["confirmations"] = self.confirmations
         out.update(
             usage=self.usage,
             version=self.version.to_dict(),

@@ -14,11 +14,14 @@ import os
 import random as _random
 import secrets
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from openprogram_yaml.json_types import JSONObject
+from openprogram_yaml.errors import UsageError
+from openprogram_yaml.json_types import JSONObject, JSONValue
+from openprogram_yaml.runtime.asking import DEFAULT_ASK_TIMEOUT_S, Asker, Asking
 from openprogram_yaml.runtime.callable import CallableRuntime, CallFn
 from openprogram_yaml.runtime.content import render_content
 from openprogram_yaml.runtime.engine import ExecRun, StreamEmitter, message_record, turn_kwargs
@@ -56,10 +59,22 @@ from openprogram_yaml.runtimes.protocol import (
     is_runtime,
     is_selector,
 )
+from openprogram_yaml.runtimes.rules import split_model_ref
+
+if TYPE_CHECKING:
+    from openprogram_yaml.runtimes.select import RuntimeSelector
 
 __all__ = ["Runtime"]
 
 T = TypeVar("T")
+
+
+def _default_selector() -> RuntimeSelector:
+    """The registry's selection, for a ``Runtime`` given no ``call=`` or ``runtimes=``."""
+    # Loaded on first need: a Runtime given call= or runtimes= never reads the registry.
+    from openprogram_yaml.runtimes.select import RuntimeSelector
+
+    return RuntimeSelector()
 
 
 class Runtime:
@@ -71,7 +86,8 @@ class Runtime:
     never sleep), ``on_stream``, ``trace`` (a ``SessionTrace``), ``tools`` and ``toolsets``
     (the registered set an exec gets when it names none), ``tool_gate`` (which tool calls run
     for real: under the offline ``test`` model no http or command tool does by default),
-    ``on_retry`` (the default of every exec's ``on_retry``).
+    ``on_retry`` (the default of every exec's ``on_retry``), ``asker`` (the front end
+    ``ask`` / ``confirm`` / ``form`` and confirmed tools put questions to; None: headless).
     """
 
     def __init__(
@@ -94,6 +110,7 @@ class Runtime:
         max_validation_retries: int = DEFAULT_VALIDATION_RETRIES,
         tool_gate: ToolGate | None = None,
         on_retry: Callable[[RetryInfo], object] | None = None,
+        asker: Asker | None = None,
     ) -> None:
         self.model = model
         self.max_retries = resolve_max_retries(max_retries)
@@ -115,6 +132,8 @@ class Runtime:
         if max_validation_retries not in (0, 1, 2):
             raise ValueError("max_validation_retries must be 0, 1 or 2")
         self.max_validation_retries = max_validation_retries
+        #: Who answers ``ask`` / ``confirm`` / ``form`` and tools declared ``confirm``.
+        self.asking = Asking(asker, self.sleep)
         self._api_key = api_key
         self._closed = False
         self._skills_text: str | None = None
@@ -124,7 +143,6 @@ class Runtime:
         self._toolsets: dict[str, ToolsetPreset] = {}
         self._loops = LoopRunner()
         self._selector: RuntimeSelectorProtocol | None = None
-        self._own_selector = False
         self._fixed: AgentRuntimeProtocol | None = None
         if runtimes is not None and call is not None:
             raise TypeError("pass call= or runtimes=, not both")
@@ -142,6 +160,14 @@ class Runtime:
             or type(self)._call is not Runtime._call
         ):
             self._fixed = CallableRuntime(self._async_call)
+        elif split_model_ref(model)[0] is not None:
+            # The seed: an unknown "provider:model_id" is a ValueError here, not at the first
+            # exec. The selection is kept, so the first exec does not decide it again.
+            selector = self._selector = _default_selector()
+            try:
+                selector.explain(model)
+            except UsageError as exc:
+                raise ValueError(str(exc)) from None
         self.register_tools(*tools)
         for name, preset in (toolsets or {}).items():
             self.register_toolset(name, preset)
@@ -160,7 +186,8 @@ class Runtime:
         model: str = "default",
         response_format: JSONObject | None = None,
     ) -> object:
-        """Override to call a model once, synchronously (no retries: exec wraps it)."""
+        """Override to call a model once, synchronously (no retries: exec wraps it).
+        ``response_format`` is the caller's, as passed to ``exec``."""
         raise NotImplementedError(
             "no provider configured: pass call=, a provider:model, or subclass"
         )
@@ -188,6 +215,58 @@ class Runtime:
             raise ValueError(f"toolset name {name!r} is reserved")
         self._toolsets[name] = preset
 
+    # --- asking the person (the seed's "Asking the user") ---------------------------------
+
+    def can_ask(self) -> bool:
+        """Whether anyone is there to answer (False on headless runs)."""
+        return self.asking.can_ask()
+
+    def ask(
+        self,
+        prompt: str,
+        options: Sequence[str] | None = None,
+        multi: bool = False,
+        questions: Sequence[str] | None = None,
+        timeout: float = DEFAULT_ASK_TIMEOUT_S,
+        default: JSONValue | None = None,
+    ) -> JSONValue:
+        """Ask the person: free text, one of ``options`` (a list of them with ``multi``), or
+        a list of answers to ``questions`` asked in one card. ``UserDeclined`` if declined;
+        with no answer in ``timeout`` seconds (headless: at once) ``default``, else
+        ``AskTimeout``."""
+        return self._loops.run(self.asking.ask(prompt, options, multi, questions, timeout, default))
+
+    async def async_ask(
+        self,
+        prompt: str,
+        options: Sequence[str] | None = None,
+        multi: bool = False,
+        questions: Sequence[str] | None = None,
+        timeout: float = DEFAULT_ASK_TIMEOUT_S,
+        default: JSONValue | None = None,
+    ) -> JSONValue:
+        """``ask`` for async callers."""
+        return await self.asking.ask(prompt, options, multi, questions, timeout, default)
+
+    def confirm(self, prompt: str, default: bool = False) -> bool:
+        """A yes/no question; ``default`` when no answer comes (or nobody is there)."""
+        return self._loops.run(self.asking.confirm(prompt, default))
+
+    async def async_confirm(self, prompt: str, default: bool = False) -> bool:
+        """``confirm`` for async callers."""
+        return await self.asking.confirm(prompt, default)
+
+    def form(self, prompt: str, fields: Sequence[str | Mapping[str, object]]) -> JSONObject:
+        """Several fields in one card (names, or mappings with a ``name``); the answer maps
+        each name to its value."""
+        return self._loops.run(self.asking.form(prompt, fields))
+
+    async def async_form(
+        self, prompt: str, fields: Sequence[str | Mapping[str, object]]
+    ) -> JSONObject:
+        """``form`` for async callers."""
+        return await self.asking.form(prompt, fields)
+
     # --- exec ---------------------------------------------------------------------------
 
     def _runtime_for(
@@ -204,10 +283,7 @@ class Runtime:
                 raise NotImplementedError(
                     "no provider configured: pass call=, runtimes=, a 'provider:model' or 'test'"
                 )
-            from openprogram_yaml.runtimes.select import RuntimeSelector
-
-            self._selector = RuntimeSelector()
-            self._own_selector = True
+            self._selector = _default_selector()
         return self._selector.select(model_ref)
 
     def _system_prompt(self, extra: list[str], terminal: Terminal) -> str | None:
@@ -249,21 +325,21 @@ class Runtime:
                 context,
                 response_format,
                 model,
-                tools,
-                toolset,
-                tools_source,
-                tools_allow,
-                tools_deny,
-                tool_choice,
-                parallel_tool_calls,
-                max_iterations,
-                choices,
                 timeout_s,
                 on_retry,
-                web_search,
-                stream_fn,
-                max_validation_retries,
-                model_options,
+                tools,
+                toolset,
+                max_iterations,
+                tools_source=tools_source,
+                tools_allow=tools_allow,
+                tools_deny=tools_deny,
+                tool_choice=tool_choice,
+                parallel_tool_calls=parallel_tool_calls,
+                choices=choices,
+                web_search=web_search,
+                stream_fn=stream_fn,
+                max_validation_retries=max_validation_retries,
+                model_options=model_options,
             )
         )
 
@@ -273,17 +349,18 @@ class Runtime:
         context: object = None,
         response_format: object = None,
         model: str | None = None,
+        timeout_s: float | None = None,
+        on_retry: Callable[[RetryInfo], object] | None = None,
         tools: Sequence[object] | None = None,
         toolset: str | None = None,
+        max_iterations: int | None = None,
+        *,
         tools_source: Sequence[str] | None = None,
         tools_allow: Sequence[str] | None = None,
         tools_deny: Sequence[str] | None = None,
         tool_choice: str | JSONObject | Unset = UNSET,
         parallel_tool_calls: bool | Unset = UNSET,
-        max_iterations: int = 20,
         choices: object = None,
-        timeout_s: float | None = None,
-        on_retry: Callable[[RetryInfo], object] | None = None,
         web_search: bool = False,
         stream_fn: AgentRuntimeProtocol | CallFn | None = None,
         max_validation_retries: int | None = None,
@@ -291,6 +368,8 @@ class Runtime:
     ) -> Any:
         """Call the model: text by default, a validated JSON value with ``response_format``,
         the decision result with ``choices``. ``context`` is accepted and ignored (legacy).
+        The positional order is the seed's; ``max_iterations=None`` puts no cap on the tool
+        loop (the seed: only ``exec`` defaults to 20), ``timeout_s`` still bounds it.
         ``model_options`` (``temperature``, ``max_tokens``, ``thinking_level``, …) are passed
         to the runtime on every turn; ``None`` values are left out."""
         request = ExecRequest(
@@ -314,8 +393,10 @@ class Runtime:
         """Everything an exec needs, checked before any request is made."""
         if self._closed:
             raise RuntimeError("this Runtime is closed")
-        if isinstance(request.max_iterations, bool) or not isinstance(request.max_iterations, int):
-            raise TypeError("max_iterations must be an int")
+        if request.max_iterations is not None and (
+            isinstance(request.max_iterations, bool) or not isinstance(request.max_iterations, int)
+        ):
+            raise TypeError("max_iterations must be an int or None")
         if request.max_validation_retries is not None and request.max_validation_retries not in (
             0,
             1,
@@ -327,7 +408,12 @@ class Runtime:
         caps = capabilities_of(runtime, model_ref)
         terminal: Terminal
         if request.choices is not None and request.response_format is not None:
-            raise TypeError("choices and response_format cannot be combined")
+            # Both decide what the turn ends with; a schema option gives one choice fields.
+            raise UsageError(
+                "choices and response_format cannot be combined: the turn ends with a pick; "
+                "to get structured fields with a choice, give that option a schema "
+                '(choices={"refund": ("Refund the order", {"amount": float})})'
+            )
         if request.response_format is not None:
             fmt = normalize_response_format(request.response_format)
             retries = (
@@ -355,10 +441,25 @@ class Runtime:
         if offered and not caps.tools:
             if explicit:
                 raise ValueError(f"the runtime for {model_ref!r} cannot call tools")
+            # Said, not silent: these were registered for every exec that names no tools.
+            who = "a call= function" if isinstance(runtime, CallableRuntime) else "the runtime"
+            warnings.warn(
+                f"{who} serving {model_ref!r} cannot call tools, so the registered tools "
+                f"({', '.join(sorted(offered))}) are not offered; pass toolset='none' or "
+                "tools=[] to run without them",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             offered = {}
-        kwargs = turn_kwargs(
-            offered, terminal, request.tool_choice, request.parallel_tool_calls, caps
-        )
+        parallel_tool_calls = request.parallel_tool_calls
+        if isinstance(terminal, StructuredTerminal):
+            parallel_tool_calls = terminal.tool_settings(
+                offered, request.tool_choice, parallel_tool_calls
+            )
+        kwargs = turn_kwargs(offered, terminal, request.tool_choice, parallel_tool_calls, caps)
+        if isinstance(runtime, CallableRuntime) and request.response_format is not None:
+            # The seed: a call= function and _call() get the caller's response_format.
+            kwargs["response_format"] = request.response_format
         kwargs["session_id"] = self.session_id
         if self.thinking_level != "off":
             kwargs["thinking_level"] = self.thinking_level
@@ -390,6 +491,7 @@ class Runtime:
             trace=self.trace,
             sequential=request.parallel_tool_calls is False,
             gate=self.tool_gate,
+            asking=self.asking,
             offline=bool(getattr(runtime, "offline", False)),
         )
         return ExecRun(
@@ -402,7 +504,9 @@ class Runtime:
             system_prompt=self._system_prompt(system_extra, terminal),
             kwargs=kwargs,
             runner=runner,
-            max_iterations=max(1, request.max_iterations),
+            max_iterations=None
+            if request.max_iterations is None
+            else max(1, request.max_iterations),
             timeout_s=timeout_s,
             on_retry=request.on_retry if request.on_retry is not None else self.on_retry,
             emit=emit,
@@ -413,17 +517,21 @@ class Runtime:
     # --- the sync face and lifetime -----------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the runtimes this object created; later execs raise ``RuntimeError``."""
+        """Close the selector or runtime this object was given (``runtimes=``) or created,
+        as an HTTP client closes the transport it was given; later execs raise
+        ``RuntimeError``. Pass a selector you go on using to one ``Runtime`` at a time."""
         self._closed = True
-        selector, self._selector = (
-            (self._selector, None) if self._own_selector else (None, self._selector)
-        )
+        selector, self._selector = self._selector, None
+        fixed, self._fixed = self._fixed, None
         if selector is not None:
             await selector.aclose()
+        close = getattr(fixed, "aclose", None)
+        if close is not None:
+            await close()
 
     def close(self) -> None:
         """Release resources; after this, ``exec()`` raises ``RuntimeError``."""
-        if not self._closed and self._own_selector and self._selector is not None:
+        if not self._closed and (self._selector is not None or self._fixed is not None):
             try:
                 asyncio.get_running_loop()
             except RuntimeError:

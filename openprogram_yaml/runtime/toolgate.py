@@ -10,6 +10,11 @@ A call is answered without running its tool when
   outside the project (http, command, or any kind not in ``RUNS_OFFLINE``), unless the run
   asked for live tools.
 
+A tool declared ``confirm`` is put to the person before each call (``approval``): approved,
+it goes on as above; declined, the model is told "declined by the user"; with nobody to ask
+and no ``approve_all`` (``--yes``), it is refused, never run. A replayed call is not asked
+again: it does not run.
+
 Python tools (``python``: functions from modules inside the project or packages it names),
 functions handed to ``Runtime`` from Python (``local``) and methods called as tools
 (``method``: they go through this gate again for their own calls) run offline: they are the
@@ -23,6 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from openprogram_yaml.errors import AskTimeout, UserDeclined
+from openprogram_yaml.runtime.asking import Asking
+
 __all__ = [
     "RECORDED_TOOL_RESULTS",
     "RUNS_OFFLINE",
@@ -33,7 +41,7 @@ __all__ = [
 ]
 
 #: Tool sources (kinds) that run under an offline runtime without ``live_tools``.
-RUNS_OFFLINE = frozenset({"python", "local", "method"})
+RUNS_OFFLINE = frozenset({"python", "local", "method", "ask_user"})
 
 #: The ``RuntimeResult.metadata`` key of a replayed turn: ``{call id: {"content", "is_error"}}``,
 #: the results its tool calls got when the turn was recorded (empty when none was recorded).
@@ -63,25 +71,58 @@ def arguments_match(expected: Mapping[str, object], arguments: Mapping[str, obje
 class StandIn:
     """A tool call answered without running the tool, and why."""
 
-    how: Literal["double", "replayed", "not_run"]
+    how: Literal["double", "replayed", "not_run", "declined"]
     #: The tool's result as the model sees it: a value (rendered like a tool's return
     #: value) or, for an error, its text.
     value: object
     is_error: bool
-    #: Why a call was not run: "offline" or "replay".
+    #: Why a call was not run: "offline", "replay" or "unconfirmed".
     reason: str | None = None
 
 
 @dataclass(slots=True)
 class ToolGate:
-    """What one run allows: live tools under an offline runtime, and doubles by tool name.
+    """What one run allows: live tools under an offline runtime, doubles by tool name, and
+    every confirmation approved (``approve_all``: ``--yes``).
 
-    ``not_run`` collects the calls refused, for the run's record.
+    ``not_run`` collects the calls refused and ``confirmations`` every confirmation asked
+    (``{"name", "question", "answer": "approved" | "declined", "by": "user" | "--yes"}``),
+    for the run's record.
     """
 
     live_tools: bool = False
     doubles: Mapping[str, tuple[ToolDouble, ...]] = field(default_factory=dict)
     not_run: list[dict[str, str]] = field(default_factory=list)
+    approve_all: bool = False
+    confirmations: list[dict[str, str]] = field(default_factory=list)
+
+    async def approval(
+        self, name: str, question: str, asking: Asking | None
+    ) -> StandIn | Literal["user", "--yes"]:
+        """Whether the person lets this call of a confirmed tool go on: who approved it, or
+        how the call is answered instead (declined, or refused with nobody to ask)."""
+        if self.approve_all:
+            self._confirmed(name, question, "approved", "--yes")
+            return "--yes"
+        if asking is None or not asking.can_ask():
+            return self._refuse(
+                name,
+                "unconfirmed",
+                f"tool {name!r} was not run: it needs the person's confirmation and nobody "
+                "is there to answer; pass --yes to approve every confirmation of the run",
+            )
+        try:
+            approved = await asking.confirm(question)
+        except (UserDeclined, AskTimeout):
+            approved = False
+        if approved:
+            self._confirmed(name, question, "approved", "user")
+            return "user"
+        self._confirmed(name, question, "declined", "user")
+        return StandIn("declined", f"declined by the user: tool {name!r} was not run", True)
+
+    def _confirmed(self, name: str, question: str, answer: str, by: str) -> None:
+        self.confirmations.append({"name": name, "question": question, "answer": answer, "by": by})
 
     def stand_in(
         self,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from openprogram_yaml.errors import StructuredOutputError
 from openprogram_yaml.json_types import JSONObject
+from openprogram_yaml.runtime.asking import Asking
 from openprogram_yaml.runtime.structured import parse_json_strict
 from openprogram_yaml.runtime.toolgate import StandIn, ToolGate
 from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, current_policy
@@ -78,6 +79,7 @@ class ToolRunner:
         trace: SessionTrace | None = None,
         max_result_chars: int = MAX_RESULT_CHARS,
         gate: ToolGate | None = None,
+        asking: Asking | None = None,
         offline: bool = False,
     ) -> None:
         self.offered = offered
@@ -88,6 +90,8 @@ class ToolRunner:
         self.trace = trace
         self.max_result_chars = max_result_chars
         self.gate = gate if gate is not None else ToolGate()
+        #: Who approves calls of tools declared ``confirm`` (None: nobody is there).
+        self.asking = asking
         #: The turns come from an offline runtime (the ``test`` model): see ``toolgate``.
         self.offline = offline
         self.failures: dict[tuple[str, str], int] = {}
@@ -190,6 +194,17 @@ class ToolRunner:
         stand_in = self.gate.stand_in(
             tool.name, tool.source, args, offline=self.offline, recorded=recorded, call_id=call.id
         )
+        # Asked only of a call that would run (for real or as a test's double): a replayed
+        # or offline-refused call does nothing the person could approve.
+        if tool.confirm is not None and (stand_in is None or stand_in.how == "double"):
+            try:
+                question = tool.confirm(args)
+            except Exception as exc:  # a question that cannot be written: the call fails
+                return f"Tool {call.name!r} failed: {exc}", False
+            approval = await self.gate.approval(tool.name, question, self.asking)
+            if isinstance(approval, StandIn):
+                return self._stood_in(tool, args, approval, record)
+            record["confirmed"] = approval
         if stand_in is not None:
             return self._stood_in(tool, args, stand_in, record)
         token = current_policy().set(self.policy)
@@ -198,6 +213,8 @@ class ToolRunner:
                 value = await call_maybe_async(tool.execute, tool.is_async, args)
             else:
                 with self.trace.span("tool", name=tool.name, inputs=args) as node:
+                    if "confirmed" in record:
+                        node.data["confirmed"] = record["confirmed"]
                     value = await call_maybe_async(tool.execute, tool.is_async, args)
                     node.output = render_result(value, 2000)
         except Exception as exc:  # any tool failure is reported to the model, not raised
@@ -220,5 +237,7 @@ class ToolRunner:
             # made, and tests' `tools_called` read it.
             with self.trace.span("tool", name=tool.name, inputs=args) as node:
                 node.data.update(mark)
+                if "confirmed" in record:
+                    node.data["confirmed"] = record["confirmed"]
                 node.output = text[:2000]
         return text, not stand_in.is_error

@@ -10,6 +10,7 @@ when the model calls a tool, not only when the tool list is built.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ __all__ = [
     "ToolsetPreset",
     "as_tool",
     "current_policy",
+    "default_confirmation",
     "offer_tools",
     "resolve_preset",
 ]
@@ -39,6 +41,8 @@ class Tool:
     execute: Callable[..., object]
     source: str = "local"
     is_async: bool = field(default=False, compare=False)
+    #: For a tool the person must approve before each call: the question, from the arguments.
+    confirm: Callable[[Mapping[str, object]], str] | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -79,16 +83,41 @@ def as_tool(obj: object) -> Tool:
         return obj
     if isinstance(obj, Mapping):
         spec, execute, source = obj.get("spec"), obj.get("execute"), obj.get("source", "local")
+        confirm = obj.get("confirm")
     else:
         spec = getattr(obj, "spec", None)
         execute = getattr(obj, "execute", None)
         source = getattr(obj, "source", "local")
+        confirm = getattr(obj, "confirm", None)
     if spec is None or not callable(execute):
         raise TypeError(
             f"a tool must be a {{'spec', 'execute'}} dict or an object with .spec and .execute, "
             f"not {obj!r}"
         )
-    return Tool(_spec_from(spec, "tool"), execute, str(source), _is_async(execute))
+    tool_spec = _spec_from(spec, "tool")
+    return Tool(
+        tool_spec, execute, str(source), _is_async(execute), _confirmation(confirm, tool_spec.name)
+    )
+
+
+def _confirmation(value: object, name: str) -> Callable[[Mapping[str, object]], str] | None:
+    """A tool's ``confirm``: True (a default question), a fixed question, or a function of the
+    arguments making it; None or False: the tool runs without asking."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return lambda arguments: default_confirmation(name, arguments)
+    if isinstance(value, str):
+        return lambda arguments: value
+    if callable(value):
+        return lambda arguments: str(value(arguments))
+    raise TypeError(f"tool {name!r}: confirm must be a bool, a question or a function")
+
+
+def default_confirmation(name: str, arguments: Mapping[str, object]) -> str:
+    """The question asked before a confirmed tool runs when it declares none of its own."""
+    shown = json.dumps(dict(arguments), ensure_ascii=False, sort_keys=True, default=str)
+    return f"Run tool {name!r} with {shown}?"
 
 
 @dataclass(frozen=True, slots=True)

@@ -176,6 +176,12 @@ class AgentToolSpec(_Spec):
     """Exit codes of a `command` tool that are a normal result (0 always is), e.g. [0, 1]
     for grep, which exits 1 when nothing matches; any other is a failure."""
 
+    confirm: bool | str = False
+    """Ask the person before each call: true (the question names the tool and its
+    arguments), or the question, a template of the arguments, e.g. "Delete {{ path }}?".
+    Declined, the model is told "declined by the user"; with nobody to ask and no --yes the
+    tool is refused, never run."""
+
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
         kinds = [k for k in ("python", "http", "command", "method") if getattr(self, k) is not None]
@@ -191,6 +197,8 @@ class AgentToolSpec(_Spec):
             raise ValueError("'cwd' applies to 'command' tools only")
         if self.ok_exit_codes is not None and self.command is None:
             raise ValueError("'ok_exit_codes' applies to 'command' tools only")
+        if self.confirm is not False and self.method is not None:
+            raise ValueError("'confirm' applies to python, http and command tools")
         return self
 
 
@@ -369,6 +377,11 @@ class TestCaseSpec(_Spec):
     """Run http and command tools for real under the offline `test` model (default: the test
     file's `live_tools`, else false: such calls are answered "not run")."""
 
+    answers: list[Any] | None = None
+    """The person's answers, in the order asked: yes/no (or true/false) for a tool's
+    `confirm`, text for an `ask_user` question, null to decline. Unset: nobody is there to
+    ask (confirmed tools are refused). Running out of answers declines."""
+
 
 class TestFileSpec(_Spec):
     """A file of tests for one agent of the repository."""
@@ -485,6 +498,11 @@ class AgentSpec(_Spec):
 
     toolsets: dict[MethodName, ToolsetSpec] = Field(default_factory=dict)
     """Named presets of tools with allow and deny rules."""
+
+    ask_user: bool = False
+    """Give the agent the built-in tool `ask_user` ({question, options}), with which the
+    model asks the person a question mid-turn. Methods get it like any tool of the agent
+    (a `toolset` must list it). With nobody to ask, the model is told so."""
 
     methods: Annotated[dict[MethodName, MethodSpec], Field(min_length=1)]
     """The agent's methods, by name."""

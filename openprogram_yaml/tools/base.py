@@ -25,6 +25,7 @@ from openprogram_yaml.runtimes.protocol import ToolSpec
 __all__ = [
     "EMPTY_PARAMETERS",
     "ConfiguredTool",
+    "ConfirmQuestion",
     "TextTemplate",
     "ToolBuildError",
     "cap_text",
@@ -75,6 +76,16 @@ def render_template(template: TextTemplate, variables: Mapping[str, object], wha
         raise ToolError(f"could not render the {what}: {exc}") from exc
 
 
+class ConfirmQuestion:
+    """A tool's ``confirm`` question, a template of the call's arguments."""
+
+    def __init__(self, template: TextTemplate) -> None:
+        self.template = template
+
+    def __call__(self, arguments: Mapping[str, object]) -> str:
+        return render_template(self.template, arguments, "confirm question")
+
+
 class ConfiguredTool:
     """Base of the tool kinds: a spec, argument validation, and ``execute``.
 
@@ -91,6 +102,8 @@ class ConfiguredTool:
         schema = dict(parameters) if parameters is not None else dict(EMPTY_PARAMETERS)
         self.spec = ToolSpec(name=name, description=description, parameters=schema)
         self.source = self.kind
+        #: Ask the person before each call: True, or the question (see ``ConfirmQuestion``).
+        self.confirm: bool | ConfirmQuestion = False
         self._validator = SchemaValidator(schema)
 
     @property

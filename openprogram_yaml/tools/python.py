@@ -429,11 +429,12 @@ class PythonTool(ConfiguredTool):
         super().__init__(name, description or derived_description, parameters)
         self._is_async = _is_async(self.target.function)
 
-    def __reduce__(self) -> tuple[type[PythonTool], tuple[object, ...]]:
+    def __reduce__(self) -> tuple[type[PythonTool], tuple[object, ...], dict[str, object]]:
         # Pickled as what it was made from (the compile cache keeps compiled programs): the
         # function is looked up again, with the project root on sys.path, and what came from
-        # its signature and docstring is read from them again, as they are now.
-        return PythonTool, self._given
+        # its signature and docstring is read from them again, as they are now. What the
+        # compiler set afterwards (``confirm``) is kept as state.
+        return PythonTool, self._given, {"confirm": self.confirm}
 
     @property
     def source_file(self) -> Path | None:
