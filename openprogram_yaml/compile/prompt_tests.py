@@ -118,6 +118,8 @@ class CompiledTest:
     live_tools: bool = False
     #: What doubled tools answer (the test file's, with the case's own replacing them).
     doubles: ToolDoubles = field(default_factory=dict)
+    #: The person's scripted answers, in the order asked (None: nobody is there to ask).
+    answers: tuple[Any, ...] | None = None
 
     @property
     def id(self) -> str:
@@ -340,6 +342,7 @@ def compile_tests(
                 where=source.at((*case_loc, "name")),
                 live_tools=file_live_tools if case.live_tools is None else case.live_tools,
                 doubles={**(file_doubles or {}), **doubles},
+                answers=None if case.answers is None else tuple(case.answers),
             )
         )
     return out

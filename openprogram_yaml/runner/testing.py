@@ -19,6 +19,7 @@ from typing import Protocol, TextIO
 from ..compile.program import Program
 from ..compile.prompt_tests import MISSING, CompiledTest, value_at
 from ..run.execute import execute_run
+from ..runtime.asking import ScriptedAsker
 from ..run.record import RunRecord
 from ..run.version import VersionStamp
 from ..runtime.toolgate import arguments_match
@@ -170,6 +171,7 @@ async def _run_one(
         wrap_selector=wrap_selector,
         live_tools=live_tools or test.live_tools,
         tool_doubles=test.doubles,
+        asker=None if test.answers is None else ScriptedAsker(list(test.answers)),
     )
     calls = [(n.name, n.inputs) for n in trace.nodes if n.kind == "tool"]
     outcome = TestOutcome(test, record=record, calls=calls)

@@ -146,3 +146,40 @@ def test_confirm_on_a_method_tool_is_a_positioned_error(tmp_path: Path, capsys) 
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"{path}:6:5:" in err and "'confirm' applies to python, http and command tools" in err
+
+
+ASKING_AGENT = """\
+version: 1
+name: janitor
+model: test
+ask_user: true
+tools:
+  remove:
+    python: janitor_tools:remove
+    confirm: "Remove {{ path }}?"
+methods:
+  tidy:
+    prompt: Tidy up.
+tests:
+  - name: the person approves and answers
+    method: tidy
+    # In the order asked: the offline model calls remove, then ask_user (with the options
+    # ["test"], as it fills every argument).
+    answers: [yes, "test"]
+    expect: {contains: ["ask_user: test", "remove: removed test"]}
+  - name: the person declines
+    method: tidy
+    answers: [no, "test"]
+    expect: {contains: "declined by the user", tools_called: [remove]}
+  - name: nobody to ask
+    method: tidy
+    expect: {contains: ["Nobody is there to answer", "nobody is there to answer"]}
+"""
+
+
+def test_prompt_tests_script_the_persons_answers(project: Path, capsys) -> None:
+    (project / "agent.yaml").write_text(ASKING_AGENT)
+    code = main(["test", "agent.yaml"])
+    out = capsys.readouterr()
+    assert code == 0, out.out + out.err
+    assert (project / "removed.log").read_text() == "test\n"  # only the approved call ran
