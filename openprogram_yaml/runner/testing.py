@@ -19,9 +19,9 @@ from typing import Protocol, TextIO
 from ..compile.program import Program
 from ..compile.prompt_tests import MISSING, CompiledTest, value_at
 from ..run.execute import execute_run
-from ..runtime.asking import ScriptedAsker
 from ..run.record import RunRecord
 from ..run.version import VersionStamp
+from ..runtime.asking import ScriptedAsker
 from ..runtime.toolgate import arguments_match
 from ..runtime.trace import SessionTrace
 from ..runtimes.protocol import SelectorWrapper
