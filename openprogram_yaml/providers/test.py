@@ -3,7 +3,9 @@
 - ``TestRuntime`` (model ``test``): deterministic, no network. On a turn that offers tools and
   has no tool results yet it calls each tool once with arguments generated from its schema;
   otherwise it answers in text mentioning the tool results, or with JSON generated from the
-  requested schema (so ``choices`` get a valid pick: the first option).
+  requested schema. So ``choices`` get a valid pick of the first option, in the pick format
+  ``{"call": "<option>", "args": {...}}``: the test model declares native structured output,
+  and the choices' schema is the schema of a pick.
 - ``ScriptedRuntime``: replies a test lists in order (text, tool calls, JSON, failures,
   delays, refusals, cut-off replies) and a record of every request it received.
 - ``FakeClock``: ``Runtime(clock=fake.now, sleep=fake.sleep)``; sleeping advances time at once.

@@ -15,6 +15,7 @@ from ..runtime.context import current_method
 if TYPE_CHECKING:
     from ..compile.program import ChoiceOption, Method
     from ..runtime import Runtime
+    from ..runtime.choices import Choice
 
 __all__ = ["DEFAULT_MAX_STEPS", "RunState", "method_tool", "run_method"]
 
@@ -90,8 +91,8 @@ async def _call(
         kwargs["tool_choice"] = opts.tool_choice
     if opts.parallel_tool_calls is not None:
         kwargs["parallel_tool_calls"] = opts.parallel_tool_calls
-    if opts.max_iterations is not None:
-        kwargs["max_iterations"] = opts.max_iterations
+    # A YAML method keeps exec()'s cap of 20 when it sets none (async_exec's default is none).
+    kwargs["max_iterations"] = 20 if opts.max_iterations is None else opts.max_iterations
     if method.choices:
         kwargs["choices"] = _choices(method, runtime, given, model, state, step)
     model_options = {
@@ -121,23 +122,27 @@ def _choices(
     model: str | None,
     state: RunState,
     step: JSONObject,
-) -> dict[str, dict[str, object]]:
-    """The runtime's ``choices``: every option a callable, so the pick is recorded."""
-    out: dict[str, dict[str, object]] = {}
+) -> dict[str, Choice]:
+    """The runtime's ``choices``: every option a function, so the pick is recorded."""
+    # Loaded only by methods that pick, as the runtime loads it only for them.
+    from ..runtime.choices import Choice
+
+    out: dict[str, Choice] = {}
     for option in method.choices or ():
-        entry: dict[str, object] = {"description": option.description or ""}
+        description = option.description or ""
         if option.method is not None:
             target = method.linked[option.method]
-            entry["schema"] = option.schema or _continue_schema(target, values)
-            entry["method"] = _continue_with(
-                option.name, target, runtime, values, model, state, step
-            )
+            schema = dict(option.schema or _continue_schema(target, values))
+            go = _continue_with(option.name, target, runtime, values, model, state, step)
+            out[option.name] = Choice(option.name, description, method=go, schema=schema)
         else:
-            if option.schema is not None:
-                entry["schema"] = option.schema
-            entry["method"] = _settle(option, step)
-        out[option.name] = entry
+            fields = dict(option.schema) if option.schema is not None else _NO_FIELDS
+            settle = _settle(option, step)
+            out[option.name] = Choice(option.name, description, method=settle, schema=fields)
     return out
+
+
+_NO_FIELDS: JSONObject = {"type": "object", "properties": {}}
 
 
 def _continue_schema(target: Method, known: Mapping[str, object]) -> JSONObject:

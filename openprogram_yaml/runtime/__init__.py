@@ -4,7 +4,8 @@ Not to be confused with ``runtimes/`` (plural), the protocol every model runtime
 and the registry that finds them. Here, around whichever runtime answers: the exec loop
 (``runtime``, ``engine``), retries and the recovery budget (``retry``), structured output and
 its repair (``structured``, ``validation``), the tool loop and tool policy (``toolloop``,
-``toolsets``, ``toolgate``), ``choices``, how a turn ends (``turn_end``) and the session
+``toolsets``, ``toolgate``), ``choices`` (the pick's text and menu in ``pick_text``, option
+fields in ``option_schema``), how a turn ends (``turn_end``) and the session
 trace (``trace``).
 
 Names load on first use, as in the top-level package: importing one module of this

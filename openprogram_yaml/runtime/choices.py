@@ -1,11 +1,14 @@
 """``choices``: the turn ends by picking one option, which decides what ``exec`` returns.
 
-A pick is a JSON object ``{"decision": <option>, ...fields}``. Where the runtime can
-constrain output it is constrained: natively by a schema, or by forcing one hidden
-``choose_<option>`` tool call. Otherwise the last JSON pick in the reply counts. An invalid
-pick gets one re-pick by default, then ``DecisionError``. The result is the option's
-``value``, the return value of its ``method`` (called with the pick's fields), or
-``{"decision": name, **fields}`` for an option with a ``schema``.
+A pick is ``{"call": <option>, "args": {...}}`` (``runtime.pick_text`` finds it in a reply
+and writes the menu). Where the runtime can constrain output it is constrained, with the same
+result: natively by a schema of the pick, or by forcing one hidden ``choose_<option>`` tool
+call. An invalid pick gets one re-pick by default, then ``DecisionError``. The result is the
+option's value, the return value of its function (called with the pick's args), or
+``{"decision": name, **fields}`` for an option with a schema.
+
+Options come from Python callers as containers (``normalize_choices``) or, from YAML, as
+``Choice`` objects that ``run/method.py`` builds.
 """
 
 from __future__ import annotations
@@ -14,34 +17,33 @@ import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from openprogram_yaml.errors import DecisionError
-from openprogram_yaml.json_types import JSONObject, JSONValue
+from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtime.content import assistant_reply
+from openprogram_yaml.runtime.option_schema import fields_schema, signature_schema
+from openprogram_yaml.runtime.pick_text import call_name, find_pick, menu
 from openprogram_yaml.runtime.toolloop import call_maybe_async
 from openprogram_yaml.runtime.turn_end import UNSET, Done, Redo, Unset
 from openprogram_yaml.runtime.validators import validator_for
 from openprogram_yaml.runtimes.protocol import Capabilities, Message, RuntimeResult, ToolSpec
 
-__all__ = ["Choice", "ChoiceSet", "ChoiceTerminal", "Pick", "find_last_pick", "normalize_choices"]
+__all__ = ["Choice", "ChoiceSet", "ChoiceTerminal", "Pick", "normalize_choices"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,56}$")
 _TOOL_PREFIX = "choose_"
 _EMPTY_OBJECT: JSONObject = {"type": "object", "properties": {}}
-_PY_TYPES = {
-    "str": "string",
-    "int": "integer",
-    "float": "number",
-    "bool": "boolean",
-    "list": "array",
-    "dict": "object",
-}
+#: How much of a reply a ``DecisionError`` keeps.
+_REPLY_HEAD = 200
 
 
 @dataclass(frozen=True, slots=True)
 class Choice:
-    """One option. ``schema`` is the fields of a schema option or the arguments of a method."""
+    """One option: a value, a function (``method``) or a schema of fields.
+
+    ``schema`` is the fields of a schema option or the arguments of a function.
+    """
 
     name: str
     description: str = ""
@@ -52,7 +54,7 @@ class Choice:
     @property
     def kind(self) -> str:
         if self.method is not None:
-            return "method"
+            return "function"
         if self.schema is not None:
             return "schema"
         return "value"
@@ -77,76 +79,76 @@ class ChoiceSet:
     max_repicks: int = 1
 
 
-def _annotation_schema(annotation: object) -> JSONObject:
-    name = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
-    origin = getattr(annotation, "__origin__", None)
-    if origin is not None:
-        name = getattr(origin, "__name__", name)
-    base = str(name).split("[", 1)[0]
-    return {"type": _PY_TYPES[base]} if base in _PY_TYPES else {}
-
-
-def _signature_schema(fn: Callable[..., object]) -> JSONObject:
-    """An arguments schema from ``fn``'s parameters: required when they have no default."""
-    try:
-        sig = inspect.signature(fn, eval_str=True)
-    except (NameError, TypeError, ValueError):
-        sig = inspect.signature(fn)
-    props: JSONObject = {}
-    required: list[JSONValue] = []
-    for param in sig.parameters.values():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or param.name == "self":
-            continue
-        props[param.name] = (
-            {} if param.annotation is param.empty else _annotation_schema(param.annotation)
-        )
-        if param.default is param.empty:
-            required.append(param.name)
-    return {"type": "object", "properties": props, "required": required}
-
-
-def _choice(name: object, spec: object) -> Choice:
+def _checked_name(name: object) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(f"choice names must match [A-Za-z0-9_-]{{1,56}}, not {name!r}")
-    if spec is None:
-        return Choice(name, value=name)
-    if isinstance(spec, str):
-        return Choice(name, description=spec, value=name)
-    if isinstance(spec, Choice):
-        return spec
-    if callable(spec) and not isinstance(spec, Mapping):
-        return Choice(
-            name,
-            (inspect.getdoc(spec) or "").split("\n")[0],
-            method=spec,
-            schema=_signature_schema(spec),
-        )
-    if not isinstance(spec, Mapping):
-        raise TypeError(f"choice {name!r}: expected a mapping, string or callable")
-    unknown = set(spec) - {"description", "value", "method", "schema", "name"}
-    if unknown:
-        raise TypeError(f"choice {name!r}: unknown keys {sorted(unknown)}")
-    description = str(spec.get("description", ""))
-    method = spec.get("method")
-    schema = spec.get("schema")
-    if method is not None and not callable(method):
-        raise TypeError(f"choice {name!r}: 'method' must be callable")
-    if "value" in spec and (method is not None or schema is not None):
-        raise TypeError(f"choice {name!r}: 'value' cannot be combined with 'method' or 'schema'")
-    if schema is not None:
-        validator_for(schema, what=f"schema of choice {name!r}")
-    if method is not None:
-        return Choice(name, description, method=method, schema=schema or _signature_schema(method))
-    if schema is not None:
-        return Choice(name, description, schema=schema)
-    return Choice(name, description, value=spec.get("value", name))
+    return name
+
+
+def _function(name: str, fn: Callable[..., object], description: str | None = None) -> Choice:
+    if description is None:
+        description = (inspect.getdoc(fn) or "").split("\n")[0]
+    return Choice(name, description, method=fn, schema=signature_schema(fn))
+
+
+def _schema_option(name: str, description: str, schema: object) -> Choice:
+    fields = fields_schema(schema, where=f"schema of choice {name!r}")
+    return Choice(name, description, schema=fields)
+
+
+def _from_mapping(name: str, handler: object) -> Choice:
+    """An option of the dict form ``{name: handler}``."""
+    if isinstance(handler, Choice):
+        return replace(handler, name=name)
+    if callable(handler):
+        return _function(name, handler)
+    if isinstance(handler, tuple) and len(handler) == 2:
+        first, second = handler
+        if callable(first) and isinstance(second, str):
+            return _function(name, first, second)
+        if isinstance(second, str):
+            return Choice(name, second, value=first)
+        if isinstance(first, str) and isinstance(second, Mapping):
+            return _schema_option(name, first, second)
+    # A string here is the value, not a description: ``{"no": "declined"}`` returns "declined".
+    return Choice(name, value=handler)
+
+
+def _from_item(item: object) -> Choice:
+    """An option of the list form."""
+    if isinstance(item, Choice):
+        return item
+    if isinstance(item, str):
+        return Choice(_checked_name(item), value=item)
+    if callable(item):
+        return _function(_checked_name(getattr(item, "__name__", None)), item)
+    if isinstance(item, tuple) and len(item) in (2, 3):
+        head, description = item[0], item[1]
+        if isinstance(description, str):
+            if callable(head) and len(item) == 2:
+                return _function(_checked_name(getattr(head, "__name__", None)), head, description)
+            if isinstance(head, str):
+                name = _checked_name(head)
+                if len(item) == 3:
+                    return _schema_option(name, description, item[2])
+                return Choice(name, description, value=name)
+    raise TypeError(
+        "a choices list holds functions, (function, 'description'), 'name', "
+        f"('name', 'description') or ('name', 'description', schema); not {item!r}"
+    )
 
 
 _cache: dict[int, tuple[object, ChoiceSet]] = {}
 
 
 def normalize_choices(choices: object) -> ChoiceSet:
-    """A ``ChoiceSet`` from a mapping of name → option, a list of names or option mappings."""
+    """A ``ChoiceSet`` from the seed's containers.
+
+    A dict ``{name: handler}``: a callable is a function option, ``(value, "description")``
+    a value with a description, ``("description", schema)`` a schema option, anything else a
+    value. A list: functions, ``(function, "description")``, ``"name"``,
+    ``("name", "description")`` or ``("name", "description", schema)``.
+    """
     if isinstance(choices, ChoiceSet):
         return choices
     hit = _cache.get(id(choices))
@@ -154,16 +156,14 @@ def normalize_choices(choices: object) -> ChoiceSet:
         return hit[1]
     options: dict[str, Choice] = {}
     if isinstance(choices, Mapping):
-        for name, spec in choices.items():
-            options[name] = _choice(name, spec)
+        for name, handler in choices.items():
+            options[name] = _from_mapping(_checked_name(name), handler)
     elif isinstance(choices, Sequence) and not isinstance(choices, str):
         for item in choices:
-            if isinstance(item, Mapping):
-                options[str(item.get("name"))] = _choice(item.get("name"), item)
-            elif isinstance(item, Choice):
-                options[item.name] = item
-            else:
-                options[str(item)] = _choice(item, None)
+            choice = _from_item(item)
+            if choice.name in options:
+                raise ValueError(f"choices name {choice.name!r} twice")
+            options[choice.name] = choice
     else:
         raise TypeError("choices must be a mapping of options or a list")
     if not options:
@@ -176,35 +176,13 @@ def normalize_choices(choices: object) -> ChoiceSet:
 
 
 def _branch(choice: Choice) -> JSONObject:
-    """The schema of a whole pick of ``choice``: the decision plus the option's fields."""
-    fields = choice.fields_schema()
-    tag: JSONObject = {"decision": {"const": choice.name}}
-    if "$ref" not in fields and fields.get("type", "object") == "object":
-        # The option's schema was checked when the choices were built: these are JSON
-        # Schema's object and array.
-        properties = fields.get("properties", {})
-        required = fields.get("required", [])
-        branch = {k: v for k, v in fields.items() if k not in ("properties", "required")}
-        branch["type"] = "object"
-        branch["properties"] = {**tag, **(properties if isinstance(properties, dict) else {})}
-        branch["required"] = ["decision", *(required if isinstance(required, list) else [])]
-        return branch
-    head: JSONObject = {"type": "object", "properties": tag, "required": ["decision"]}
-    return {"allOf": [head, dict(fields)]}
-
-
-def find_last_pick(text: str) -> JSONObject | None:
-    """The last JSON object in ``text`` that has a ``decision`` key."""
-    decoder = json.JSONDecoder()
-    best: tuple[int, JSONObject] | None = None
-    for match in re.finditer(r"\{", text):
-        try:
-            value, end = decoder.raw_decode(text, match.start())
-        except ValueError:
-            continue
-        if isinstance(value, dict) and "decision" in value and (best is None or end > best[0]):
-            best = (end, value)
-    return best[1] if best else None
+    """The schema of a whole pick of ``choice``: its name and its args."""
+    return {
+        "type": "object",
+        "properties": {"call": {"const": choice.name}, "args": dict(choice.fields_schema())},
+        "required": ["call", "args"],
+        "additionalProperties": False,
+    }
 
 
 def _issue_kind(issue: str) -> str:
@@ -215,6 +193,20 @@ def _issue_kind(issue: str) -> str:
     if "is not one of" in issue or "was expected" in issue:
         return "not_in_enum"
     return "bad_args"
+
+
+def _declared(choice: Choice, args: JSONObject) -> JSONObject:
+    """The args the option declares; the rest are dropped, as the seed's options do.
+
+    A function with ``**kwargs`` (``additionalProperties`` set and not false) keeps them."""
+    if choice.kind == "value":
+        return {}
+    schema = choice.fields_schema()
+    extra = schema.get("additionalProperties")
+    props = schema.get("properties")
+    if (extra is not None and extra is not False) or not isinstance(props, dict):
+        return args
+    return {k: v for k, v in args.items() if k in props}
 
 
 class ChoiceTerminal:
@@ -252,22 +244,10 @@ class ChoiceTerminal:
                 )
                 for c in opts
             )
-        self.system_suffix = self._menu()
-
-    def _menu(self) -> str:
-        lines = ["When you have finished, choose the next step. Options:"]
-        for c in self.choices.options.values():
-            line = f"- {c.name}" + (f": {c.description}" if c.description else "")
-            if c.schema is not None:
-                line += f" (fields: {json.dumps(c.fields_schema(), sort_keys=True)})"
-            lines.append(line)
-        if self.mode == "tool":
-            lines.append(f"Choose by calling exactly one {_TOOL_PREFIX}<option> tool, alone.")
-        else:
-            lines.append(
-                'End your reply with one JSON object: {"decision": "<option>", ...fields}.'
-            )
-        return "\n".join(lines)
+        self.system_suffix = menu(
+            ((c.name, c.description, c.fields_schema()) for c in opts),
+            tool_prefix=_TOOL_PREFIX if self.mode == "tool" else None,
+        )
 
     def tool_choice(self, has_user_tools: bool) -> str | JSONObject | Unset:
         if self.mode != "tool" or has_user_tools:
@@ -276,44 +256,44 @@ class ChoiceTerminal:
             return {"type": "function", "name": self.hidden_tools[0].name}
         return "required"
 
-    def check(self, pick: JSONValue) -> tuple[Choice, JSONObject]:
-        """The option and fields of a valid pick; ``DecisionError`` naming the problem."""
+    def check(self, pick: JSONObject | None) -> Pick:
+        """The option and args of a valid pick; ``DecisionError`` naming the problem."""
         names = ", ".join(self.choices.options)
-        if not isinstance(pick, dict) or "decision" not in pick:
+        called = call_name(pick) if pick is not None else None
+        if pick is None or called is None:
             raise DecisionError(
                 f"no pick found; expected one of: {names}",
                 kind="no_pick",
-                issues=['$: no {"decision": ...} object'],
+                issues=['$: no {"call": "<option>", "args": {...}} object'],
             )
-        choice = (
-            self.choices.options.get(pick["decision"])
-            if isinstance(pick["decision"], str)
-            else None
-        )
+        key, name = called
+        choice = self.choices.options.get(name) if isinstance(name, str) else None
         if choice is None:
             raise DecisionError(
-                f"unknown option {pick['decision']!r}; expected one of: {names}",
-                kind="unknown_option",
-                issues=[f"$.decision: {pick['decision']!r} is not one of: {names}"],
+                f"unknown option {name!r}; expected one of: {names}",
+                kind="unknown_call",
+                issues=[f"$.{key}: {name!r} is not one of: {names}"],
             )
-        fields = {k: v for k, v in pick.items() if k != "decision"}
-        declared = choice.fields_schema().get("properties", {})
-        if (
-            set(fields) == {"arguments"}
-            and isinstance(fields["arguments"], dict)
-            and not (isinstance(declared, dict) and "arguments" in declared)
-        ):
-            fields = dict(fields["arguments"])  # a common shape; accept it
-        if choice.kind == "value":
-            return choice, fields
-        issues = validator_for(choice.fields_schema()).errors(fields)
-        if issues:
+        # "arguments" is what tool-call habits make models write; it means args.
+        args = pick.get("args", pick.get("arguments", {}))
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
             raise DecisionError(
-                f"invalid fields for option {choice.name!r}",
-                kind=_issue_kind(issues[0]),
-                issues=issues,
+                f"the args of option {choice.name!r} must be an object",
+                kind="bad_args",
+                issues=[f"$.args: {type(args).__name__} is not an object"],
             )
-        return choice, fields
+        fields = _declared(choice, args)
+        if choice.kind != "value":
+            issues = validator_for(choice.fields_schema()).errors(fields)
+            if issues:
+                raise DecisionError(
+                    f"invalid args for option {choice.name!r}",
+                    kind=_issue_kind(issues[0]),
+                    issues=[f"$.args{i[1:]}" if i.startswith("$") else i for i in issues],
+                )
+        return Pick(choice, fields)
 
     def accept(self, result: RuntimeResult) -> Done | Redo | None:
         calls = result.tool_calls
@@ -329,30 +309,33 @@ class ChoiceTerminal:
                         issues=[f"{len(calls)} tool calls"],
                     )
                 try:
-                    fields = json.loads(picks[0].arguments or "{}")
+                    args = json.loads(picks[0].arguments or "{}")
                 except ValueError as exc:
                     raise DecisionError(
                         "the pick's arguments are not JSON", kind="bad_args", issues=[str(exc)]
                     ) from None
-                if not isinstance(fields, dict):
-                    fields = {"arguments": fields}
-                pick: JSONValue = {"decision": picks[0].name[len(_TOOL_PREFIX) :], **fields}
+                pick: JSONObject | None = {
+                    "call": picks[0].name[len(_TOOL_PREFIX) :],
+                    "args": args,
+                }
             else:
-                pick = find_last_pick(result.content)
-            choice, fields = self.check(pick)
+                pick = find_pick(result.content)
+            return Done(self.check(pick))
         except DecisionError as exc:
+            exc.reply = result.content[:_REPLY_HEAD]
             return self._redo(result, exc)
-        return Done(Pick(choice, fields))
 
     @property
     def _tool_names(self) -> frozenset[str]:
         return frozenset(t.name for t in self.hidden_tools)
 
     def _redo(self, result: RuntimeResult, error: DecisionError) -> Redo:
+        """The model gets its reply back, the reason, and the menu again."""
         feedback = (
             f"That pick is invalid ({error.kind}): {error}\n"
             + "".join(f"- {i}\n" for i in error.issues)
-            + "Pick again."
+            + "Pick again.\n\n"
+            + self.system_suffix
         )
         assistant = assistant_reply(result)
         if result.tool_calls:

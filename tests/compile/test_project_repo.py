@@ -75,7 +75,7 @@ def test_tools_run_and_deny_rules_hold_in_the_repository(scripted) -> None:
             Reply.call("notes_delete", {"ticket_id": "1042"}),
             Reply.call("search_docs", {"query": "invoice"}),
             Reply.call("count_words", {"text": "charged twice again"}),
-            Reply.json({"decision": "refund", "amount": 12.5, "reason": "double charge"}),
+            Reply.json({"call": "refund", "args": {"amount": 12.5, "reason": "double charge"}}),
         ]
     )
     agent = compile_path(REPO).agent("desk")

@@ -131,7 +131,7 @@ def test_test_model_structured_output_and_choices() -> None:
         "properties": {"amount": {"type": "number"}},
         "required": ["amount"],
     }
-    assert rt.exec("x", choices={"refund": {"schema": refund}, "no": {"value": 0}}) == {
+    assert rt.exec("x", choices={"refund": ("Refund it", refund), "no": 0}) == {
         "decision": "refund",
         "amount": 0.0,
     }

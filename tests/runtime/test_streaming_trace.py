@@ -139,7 +139,7 @@ def test_nested_exec_inside_a_tool_is_a_child(make: Any) -> None:
 
 def test_jsonl_round_trip(make: Any, tmp_path: Path) -> None:
     trace = SessionTrace()
-    rt, _ = make(['{"decision": "a"}'], trace=trace, caps=Capabilities(tools=False))
+    rt, _ = make(['{"call": "a"}'], trace=trace, caps=Capabilities(tools=False))
     with trace.span("method", name="m"):
         rt.exec("x", choices=["a", "b"])
     path = tmp_path / "trace.jsonl"
