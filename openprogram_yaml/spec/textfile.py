@@ -1,8 +1,10 @@
 """Read a config, template or schema file as text: UTF-8, regular files only, never blocking.
 
 Every file the compiler reads goes through ``read_text``. Opening is non-blocking, so a FIFO
-or a device named as a prompt file is refused instead of hanging the check, and text that is
-not UTF-8 is reported at the line and column of its first bad byte.
+or a device named as a prompt file is refused instead of hanging the check; a file larger
+than ``MAX_TEXT_BYTES`` is refused before it is read (a multi-gigabyte file took half a
+minute and gigabytes of memory to be called "not UTF-8"); and text that is not UTF-8 is
+reported at the line and column of its first bad byte.
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ from pathlib import Path
 
 from ..errors import ConfigError, Diagnostic
 
-__all__ = ["UnreadableFile", "decode_text", "read_text"]
+__all__ = ["MAX_TEXT_BYTES", "UnreadableFile", "decode_text", "read_text"]
+
+#: The largest config, template or schema file read. Far above any real one: a prompt this
+#: long would be millions of tokens, and a YAML document past 100,000 values is refused anyway.
+MAX_TEXT_BYTES = 16 * 1024 * 1024
 
 _NOT_REGULAR = (
     (stat.S_ISDIR, "a folder"),
@@ -60,10 +66,16 @@ def read_text(path: Path | str, shown: str | None = None) -> str:
             message = f"not a regular file ({kind}); name a file holding text"
             raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False)
         try:
-            data = stream.read()
+            data = stream.read(MAX_TEXT_BYTES + 1)  # + 1: a file that grew meanwhile is seen
         except OSError as exc:
             message = f"cannot read file: {exc.strerror or exc}"
             raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False) from None
+    if len(data) > MAX_TEXT_BYTES:
+        mib = MAX_TEXT_BYTES // (1024 * 1024)
+        message = (
+            f"the file is larger than {mib} MiB, the limit for a config, template or schema file"
+        )
+        raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False)
     return decode_text(data, shown)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from openprogram_yaml.runner.cli import main
+from openprogram_yaml.spec.textfile import MAX_TEXT_BYTES
 
 AGENT = """\
 version: 1
@@ -527,3 +528,22 @@ def test_control_character_is_positioned_and_named(
     (message,) = _positioned(err, path, 2)
     assert message.startswith(f"{path}:2:8: error: ") and "'\\x01'" in message
     assert "position" not in err  # the reader's own "in <unicode string>, position 18"
+
+
+def test_huge_files_are_refused_before_they_are_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Sparse files of zeros, one byte over the limit: read whole, a 3 GiB one took 33 s and
+    # 6 GB of memory to be called "not UTF-8".
+    for name in ("p.j2", "part.j2", "s.json"):
+        with open(tmp_path / name, "wb") as f:
+            f.truncate(MAX_TEXT_BYTES + 1)
+    path = _agent(tmp_path, "prompt_file: p.j2\nresponse_schema: {$ref: s.json}\n")
+    err = _check_and_run(capsys, path, 6)
+    assert err.count("larger than 16 MiB") == 2, err
+    path = _agent(tmp_path, "prompt: \"{% include './part.j2' %}\"\n", name="b.yaml")
+    assert "larger than 16 MiB" in _refused(capsys, ["check", str(path)])
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as f:
+        f.truncate(MAX_TEXT_BYTES + 1)
+    assert f"{big}: error: the file is larger than 16 MiB" in _refused(capsys, ["check", str(big)])
