@@ -16,6 +16,7 @@ from .version import VersionStamp
 
 if TYPE_CHECKING:
     from ..compile.program import Program
+    from ..runtime.asking import Asker
     from ..runtime.trace import SessionTrace
 
 __all__ = ["RunService"]
@@ -34,12 +35,18 @@ class RunService:
         records: RecordLog | None = None,
         *,
         live_tools: bool = False,
+        asker: Asker | None = None,
+        approve_all: bool = False,
     ) -> None:
         #: Gives the version the next run starts on (``ProgramHolder.snapshot``).
         self._current = current
         self.records = records
         #: Run http and command tools for real under the offline ``test`` model too.
         self.live_tools = live_tools
+        #: Who runs ask (``serve``: its pending questions; None: nobody is there).
+        self.asker = asker
+        #: Approve every tool confirmation (``--yes``).
+        self.approve_all = approve_all
         self.in_flight: set[asyncio.Task[RunRecord]] = set()
         self.closing = False
         #: Called with each finished record (the CLI prints them; tests observe them).
@@ -85,6 +92,8 @@ class RunService:
             model=model,
             trace=trace,
             live_tools=self.live_tools,
+            asker=self.asker,
+            approve_all=self.approve_all,
         )
         if self.records is not None:
             try:

@@ -394,7 +394,8 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         prog="openprogram-run serve",
         description="Serve runs over HTTP on 127.0.0.1 while the agent's files change:\n"
         "  POST /run/AGENT/METHOD (inputs as a JSON object) → the run's record\n"
-        "  GET /health, GET /version, GET /agents",
+        "  GET /health, GET /version, GET /agents\n"
+        "  GET /questions; POST /questions/ID/answer ({\"answer\": ...}), /questions/ID/decline",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", metavar="PATH", help="an agent file, or a project folder")
@@ -410,6 +411,7 @@ def _cmd_serve(argv: Sequence[str]) -> int:
     )
     p.add_argument("--no-watch", action="store_true", help="serve one version; do not reload")
     p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
+    p.add_argument("-y", "--yes", action="store_true", help=_YES_HELP)
     limits = ServeLimits()
     p.add_argument(
         "--allow-host",
@@ -463,6 +465,7 @@ def _cmd_serve(argv: Sequence[str]) -> int:
             grace_s=args.grace,
             watch=not args.no_watch,
             live_tools=args.live_tools,
+            approve_all=args.yes,
             limits=ServeLimits(
                 allowed_hosts=tuple(args.allow_host),
                 allow_model_override=args.allow_model_override,

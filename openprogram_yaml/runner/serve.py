@@ -40,6 +40,7 @@ from ..compile.program import Method, Program
 from ..errors import ConfigError, Diagnostic, UsageError
 from ..json_types import JSONObject, JSONValue
 from ..redaction import redact
+from ..run.questions import PendingQuestions, question_list
 from ..run.record import RecordLog, RunRecord, append_trace, run_secrets
 from ..run.service import RunService
 from ..runtime.trace import SessionTrace
@@ -165,6 +166,9 @@ class HttpServer:
         deadline: Callable[[float], AbstractAsyncContextManager[object]] = asyncio.timeout,
     ) -> None:
         self.holder = holder
+        #: The questions runs wait on (``/questions``): the service's asker, when it is one.
+        asker = service.asker
+        self.questions = asker if isinstance(asker, PendingQuestions) else PendingQuestions()
         self.service = service
         self.model = model
         self.log = log
@@ -350,6 +354,8 @@ class HttpServer:
             if request.method != "GET":
                 return 405, {"error": f"use GET /{parts[0]}"}
             return 200, routes[parts[0]]()
+        if parts and parts[0] == "questions":
+            return self._questions(parts[1:], request)
         if len(parts) == 3 and parts[0] == "run":
             if request.method != "POST":
                 return 405, {"error": "use POST /run/{agent}/{method} with the inputs as JSON"}
@@ -358,6 +364,39 @@ class HttpServer:
                 return 415, {"error": unsupported}
             return await self._run(parts[1], parts[2], request)
         return 404, {"error": "no such route; try POST /run/{agent}/{method}, GET /agents"}
+
+    def _questions(self, parts: list[str], request: _Request) -> tuple[int, JSONObject]:
+        """``GET /questions``; ``POST /questions/{id}/answer`` with ``{"answer": …}`` and
+        ``POST /questions/{id}/decline``, both sent as JSON (so no web page can post them)."""
+        board = self.questions
+        if not parts:
+            if request.method != "GET":
+                return 405, {"error": "use GET /questions"}
+            return 200, question_list(board)
+        if len(parts) != 2 or parts[1] not in ("answer", "decline"):
+            return 404, {"error": "use POST /questions/{id}/answer or /questions/{id}/decline"}
+        if request.method != "POST":
+            return 405, {"error": f"use POST /questions/{{id}}/{parts[1]}"}
+        unsupported = media_refusal(request.headers.get("content-type"))
+        if unsupported is not None:
+            return 415, {"error": unsupported}
+        key, action = parts
+        try:
+            if action == "decline":
+                board.decline(key)
+                return 200, {"id": key, "declined": True}
+            try:
+                body = json.loads(request.body or b"{}")
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+                return 400, {"error": 'the body must be JSON: {"answer": …}'}
+            if not isinstance(body, dict) or "answer" not in body:
+                return 400, {"error": 'the body must be a JSON object {"answer": …}'}
+            problem = board.reply(key, body["answer"])
+        except KeyError:
+            return 404, {"error": f"no question '{key}' is waiting; GET /questions lists them"}
+        if problem is not None:
+            return 400, {"error": problem}
+        return 200, {"id": key, "answered": True}
 
     def _version_dict(self) -> JSONObject:
         return self.holder.snapshot()[1].to_dict()
@@ -587,8 +626,10 @@ async def serve_path(
     watch: bool = True,
     live_tools: bool = False,
     limits: ServeLimits | None = None,
+    approve_all: bool = False,
 ) -> int:
-    """``openprogram-run serve``: the exit status (0 after a clean shutdown, 2 bad config)."""
+    """``openprogram-run serve``: the exit status (0 after a clean shutdown, 2 bad config).
+    Runs ask their questions over HTTP (``/questions``); ``approve_all`` is ``--yes``."""
     holder = ProgramHolder(path, ignore=[records] if records else ())
     try:
         await asyncio.to_thread(holder.load)
@@ -596,7 +637,10 @@ async def serve_path(
         sys.stderr.write(_config_error_lines(exc.diagnostics) + " Nothing to serve.\n")
         return 2
     log = RecordLog(records) if records else None
-    service = RunService(holder.snapshot, log, live_tools=live_tools)
+    questions = PendingQuestions()
+    service = RunService(
+        holder.snapshot, log, live_tools=live_tools, asker=questions, approve_all=approve_all
+    )
     stop, force = asyncio.Event(), asyncio.Event()
     try:
         with _stop_on_signals(stop, force):
