@@ -105,8 +105,9 @@ def _json_type(value: JSONValue) -> str:
 def _placeholder(schema: JSONValue) -> JSONValue:
     if not isinstance(schema, dict):
         return None
-    if "const" in schema:
-        return schema["const"]
+    for known in ("const", "default"):
+        if known in schema:
+            return schema[known]
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         return enum[0]

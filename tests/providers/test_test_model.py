@@ -137,6 +137,16 @@ def test_test_model_structured_output_and_choices() -> None:
     }
 
 
+def test_test_model_writes_a_pick_in_the_pick_format() -> None:
+    from openprogram_yaml.runtime.choices import ChoiceTerminal, normalize_choices
+
+    model = TestRuntime()
+    choices = normalize_choices({"refund": ("Refund it", {"amount": float}), "no": 0})
+    terminal = ChoiceTerminal(choices, model.capabilities("test"))
+    reply = asyncio.run(model.run_turn("x", response_format=terminal.response_format))
+    assert json.loads(reply.content) == {"call": "refund", "args": {"amount": 0.0}}
+
+
 def test_test_model_honours_a_forced_tool_and_none() -> None:
     async def main() -> None:
         tools = [ToolSpec("a"), ToolSpec("b")]

@@ -95,7 +95,7 @@ def test_the_menu_shows_signature_description_fields_and_a_call_example(make: An
         '- answer(tone: str = "friendly")\n'
         "    Draft an answer to the customer.\n"
         "    tone (str, optional)\n"
-        '    Call: {"call": "answer", "args": {"tone": "<str>"}}'
+        '    Call: {"call": "answer", "args": {"tone": "friendly"}}'
     ) in menu
     assert (
         '- escalate()\n    A human must look\n    Call: {"call": "escalate", "args": {}}'
