@@ -78,9 +78,7 @@ async def execute_run(
             )
         state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS)
         record.path = state.path
-        gate = ToolGate(
-            live_tools=live_tools, doubles=tool_doubles or {}, approve_all=approve_all
-        )
+        gate = ToolGate(live_tools=live_tools, doubles=tool_doubles or {}, approve_all=approve_all)
         record.tools_not_run = gate.not_run
         record.confirmations = gate.confirmations
         async with open_runtime(
