@@ -17,6 +17,7 @@ from openprogram_yaml.errors import ErrorReason, LLMError
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.retry import RecoveryBudget, RetryInfo, backoff_delay
+from openprogram_yaml.runtime.structured import StructuredTerminal
 from openprogram_yaml.runtime.toolgate import RECORDED_TOOL_RESULTS
 from openprogram_yaml.runtime.toolloop import ToolRunner
 from openprogram_yaml.runtime.toolsets import Tool
@@ -138,7 +139,7 @@ class ExecRun:
     system_prompt: str | None
     kwargs: dict[str, object]
     runner: ToolRunner
-    max_iterations: int
+    max_iterations: int | None
     timeout_s: float | None
     on_retry: Callable[[RetryInfo], object] | None
     emit: StreamEmitter | None
@@ -178,7 +179,9 @@ class ExecRun:
             outcome = terminal.accept(result)
             if outcome is None:
                 iterations += 1
-                if iterations >= self.max_iterations:
+                if self.max_iterations is not None and iterations >= self.max_iterations:
+                    if isinstance(terminal, StructuredTerminal):
+                        raise terminal.out_of_iterations(self.max_iterations)
                     raise self._error(
                         f"exec() hit max_iterations={self.max_iterations} with "
                         f"{len(result.tool_calls)} tool call(s) pending",

@@ -33,7 +33,8 @@ class ExecRequest:
     tools_deny: Sequence[str] | None = None
     tool_choice: str | JSONObject | Unset = UNSET
     parallel_tool_calls: bool | Unset = UNSET
-    max_iterations: int = 20
+    #: None: no cap (``async_exec``'s default in the seed; ``exec`` passes 20).
+    max_iterations: int | None = 20
     choices: object = None
     timeout_s: float | None = None
     on_retry: Callable[[RetryInfo], object] | None = None

@@ -517,21 +517,18 @@ class Runtime:
     # --- the sync face and lifetime -----------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the selector or runtime this object was given (``runtimes=``) or created,
-        as an HTTP client closes the transport it was given; later execs raise
-        ``RuntimeError``. Pass a selector you go on using to one ``Runtime`` at a time."""
+        """Close the selector this object was given (``runtimes=``) or created, and so the
+        runtimes it created; later execs raise ``RuntimeError``. A single runtime instance
+        given as ``runtimes=`` is shared and left open, as a selector leaves shared
+        instances open."""
         self._closed = True
         selector, self._selector = self._selector, None
-        fixed, self._fixed = self._fixed, None
         if selector is not None:
             await selector.aclose()
-        close = getattr(fixed, "aclose", None)
-        if close is not None:
-            await close()
 
     def close(self) -> None:
         """Release resources; after this, ``exec()`` raises ``RuntimeError``."""
-        if not self._closed and (self._selector is not None or self._fixed is not None):
+        if not self._closed and self._selector is not None:
             try:
                 asyncio.get_running_loop()
             except RuntimeError:

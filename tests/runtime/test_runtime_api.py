@@ -217,3 +217,80 @@ def test_skill_fields_escape_markup_but_not_quotes(tmp_path: Path) -> None:
     system = model.requests[0].system_prompt or ""
     assert "<name>&lt;b&gt;&amp;co</name>" in system
     assert "<description>say \"hi\" &gt; 'bye' now</description>" in system
+
+
+# --- the seed's names and signatures (issue 14, section 4) ---------------------------------
+
+
+def test_async_exec_takes_the_seeds_positional_order() -> None:
+    import inspect
+
+    params = inspect.signature(Runtime.async_exec).parameters
+    positional = [n for n, p in params.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert positional == [
+        "self", "content", "context", "response_format", "model", "timeout_s", "on_retry",
+        "tools", "toolset", "max_iterations",
+    ]  # fmt: skip
+    assert params["max_iterations"].default is None
+    model = ScriptedRuntime(["x"])
+    rt = Runtime(runtimes=model)
+    # content, context, response_format, model, timeout_s, on_retry, tools, toolset
+    assert asyncio.run(rt.async_exec("hi", None, None, "scripted:m", 30.0, None, [], "none")) == "x"
+    assert model.requests[0].model_ref == "scripted:m"
+
+
+def test_async_exec_puts_no_cap_on_the_tool_loop_and_exec_stops_at_20() -> None:
+    from openprogram_yaml.errors import LLMError
+    from openprogram_yaml.providers.test import Reply
+
+    add = {"spec": {"name": "add"}, "execute": lambda: "1"}
+    replies = [Reply.call("add") for _ in range(25)] + ["done"]
+    rt = Runtime(runtimes=ScriptedRuntime(replies), tools=[add])
+    assert asyncio.run(rt.async_exec("go")) == "done"
+    rt = Runtime(runtimes=ScriptedRuntime(replies), tools=[add])
+    with pytest.raises(LLMError, match="max_iterations=20"):
+        rt.exec("go")
+
+
+def test_an_unknown_provider_model_is_a_value_error_when_the_runtime_is_built() -> None:
+    with pytest.raises(ValueError, match="no runtime serves model 'opena:gpt-4o'") as info:
+        Runtime(model="opena:gpt-4o")
+    assert "did you mean 'openai:gpt-4o'?" in str(info.value)
+    Runtime(model="openai:gpt-4o").close()  # known: fine, and no request is made
+    Runtime(model="host-model", call=lambda c, m, r: "x").close()  # any name with call=
+
+
+def test_close_closes_the_selector_it_was_given() -> None:
+    closed: list[str] = []
+
+    class Selector:
+        def select(self, model_ref: str) -> Any:
+            return ScriptedRuntime(["x"])
+
+        async def aclose(self) -> None:
+            closed.append("closed")
+
+    with Runtime(model="m:x", runtimes=Selector()) as rt:
+        rt.exec("hi")
+    assert closed == ["closed"]
+
+    async def main() -> None:
+        async with Runtime(model="m:x", runtimes=Selector()) as art:
+            await art.async_exec("hi")
+
+    asyncio.run(main())
+    assert closed == ["closed", "closed"]
+
+
+def test_a_call_function_says_registered_tools_are_not_offered() -> None:
+    lookup = {"spec": {"name": "lookup"}, "execute": lambda: "A-17"}
+    rt = Runtime(call=lambda c, m, r: "x", tools=[lookup])
+    with pytest.warns(RuntimeWarning, match=r"call= function .* \(lookup\) are not offered"):
+        assert rt.exec("hi") == "x"
+    with pytest.raises(ValueError, match="cannot call tools"):
+        rt.exec("hi", tools=[lookup])
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert rt.exec("hi", toolset="none") == "x"  # opting out says nothing

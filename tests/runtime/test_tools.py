@@ -221,7 +221,8 @@ def test_explicit_tools_need_a_runtime_that_can_call_them(make: Any) -> None:
     with pytest.raises(ValueError, match="cannot call tools"):
         rt.exec("x", tools=[ADD])
     rt2, model2 = make(["x"], caps=Capabilities(tools=False), tools=[ADD])
-    assert rt2.exec("x") == "x"  # the registered default set is simply not offered
+    with pytest.warns(RuntimeWarning, match=r"cannot call tools.*\(add\) are not offered"):
+        assert rt2.exec("x") == "x"  # the registered default set is not offered, and said so
     assert "tools" not in model2.requests[0].kwargs
     assert model.requests == []
 
