@@ -74,6 +74,7 @@ __all__ = [
     "ProviderSettings",
     "SSEEvent",
     "StreamAssembler",
+    "Unsendable",
     "failed",
     "image_source",
     "is_local_url",
@@ -145,6 +146,11 @@ class ProviderSettings:
             max_connections=self.max_connections,
             max_keepalive_connections=min(self.max_connections, 100),
         )
+
+
+class Unsendable(ValueError):
+    """Content or an option the wire format cannot carry. A final ``invalid_request`` before
+    any request is sent: sending the rest without it would drop it silently."""
 
 
 class ProviderOptions(TypedDict, total=False):
@@ -433,6 +439,10 @@ class HTTPRuntime:
                 outcome = await self._post_stream(self.path, body, budget, assembler, headers)
         except BadReply as exc:
             outcome = bad_reply_failure(self.provider, exc)
+        except Unsendable as exc:
+            outcome = TurnFailure(
+                ErrorReason.INVALID_REQUEST.value, f"{self.provider}: {exc}", False
+            )
         except Exception as exc:  # never raise from run_turn
             outcome = TurnFailure(
                 ErrorReason.UNKNOWN.value, f"{self.provider}: {type(exc).__name__}: {exc}", False

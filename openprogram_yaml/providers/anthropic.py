@@ -27,7 +27,14 @@ from ..runtimes.protocol import (
     Usage,
 )
 from . import _shape as shape
-from ._http import HTTPRuntime, ProviderOptions, SSEEvent, StreamAssembler, image_source
+from ._http import (
+    HTTPRuntime,
+    ProviderOptions,
+    SSEEvent,
+    StreamAssembler,
+    Unsendable,
+    image_source,
+)
 
 __all__ = ["AnthropicRuntime"]
 
@@ -139,6 +146,9 @@ class AnthropicRuntime(HTTPRuntime):
             choice = _tool_choice(options.get("tool_choice"), options.get("parallel_tool_calls"))
             if choice is not None:
                 body["tool_choice"] = choice
+        if options.get("web_search"):
+            # Anthropic's server tool: the search runs on their side, within this request.
+            body.setdefault("tools", []).append(dict(WEB_SEARCH_TOOL))
         response_format = options.get("response_format")
         if response_format:
             body["output_config"] = {
@@ -264,12 +274,21 @@ def _block(block: Mapping[str, Any], role: str) -> dict[str, Any] | None:
                 "type": "image",
                 "source": {"type": "base64", "media_type": source[0], "data": source[1]},
             }
+    elif kind in ("audio", "video"):
+        raise Unsendable(
+            f"{'an' if kind == 'audio' else 'a'} {kind} block cannot be sent: the Messages API "
+            "takes text, images and documents"
+        )
     elif kind in ("thinking", "redacted_thinking") and role == "assistant":
         # Thinking blocks (with their signatures) must go back unchanged with tool results.
         return dict(block)
     if out is not None and block.get("cache_control"):
         out["cache_control"] = block["cache_control"]
     return out
+
+
+#: The web search server tool ``web_search=True`` adds to a request's tools.
+WEB_SEARCH_TOOL: dict[str, Any] = {"type": "web_search_20250305", "name": "web_search"}
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:

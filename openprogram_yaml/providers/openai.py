@@ -25,7 +25,14 @@ from ..runtimes.protocol import (
     Usage,
 )
 from . import _shape as shape
-from ._http import HTTPRuntime, ProviderOptions, SSEEvent, StreamAssembler, image_source
+from ._http import (
+    HTTPRuntime,
+    ProviderOptions,
+    SSEEvent,
+    StreamAssembler,
+    Unsendable,
+    image_source,
+)
 
 __all__ = ["OpenAIRuntime"]
 
@@ -107,6 +114,14 @@ class OpenAIRuntime(HTTPRuntime):
             body["temperature"] = float(options["temperature"])
         if isinstance(options.get("thinking_level"), str):
             body["reasoning_effort"] = options["thinking_level"]
+        if options.get("web_search"):
+            # Chat Completions' own search switch (search-capable models such as
+            # gpt-4o-search-preview; others answer with a 400 saying so).
+            body["web_search_options"] = {}
+        if isinstance(options.get("session_id"), str):
+            # The seed: the Runtime's session id is the provider's prompt-cache key, so the
+            # turns of one session hit the same cache.
+            body["prompt_cache_key"] = options["session_id"]
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -180,10 +195,36 @@ def _user_content(content: str | list[dict[str, Any]]) -> str | list[dict[str, A
                 continue
             url = source if isinstance(source, str) else f"data:{source[0]};base64,{source[1]}"
             parts.append({"type": "image_url", "image_url": {"url": url}})
+        elif kind == "audio":
+            parts.append(_input_audio(block))
+        elif kind == "video":
+            raise Unsendable(
+                "a video block cannot be sent: Chat Completions takes text, images and "
+                "audio (wav, mp3)"
+            )
     # Servers that predate content parts (older llama.cpp, some proxies) take plain text.
     if all(p["type"] == "text" for p in parts):
         return "".join(p["text"] for p in parts)
     return parts
+
+
+#: The audio formats Chat Completions' ``input_audio`` takes, by mime type.
+_AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+}
+
+
+def _input_audio(block: Mapping[str, Any]) -> dict[str, Any]:
+    mime = str(block.get("mime_type") or "")
+    audio_format = _AUDIO_FORMATS.get(mime.lower())
+    data = block.get("data")
+    if audio_format is None or not isinstance(data, str):
+        shown = f"{mime!r} audio" if mime else "audio without a mime_type"
+        raise Unsendable(f"{shown} cannot be sent: Chat Completions takes wav and mp3 audio data")
+    return {"type": "input_audio", "input_audio": {"data": data, "format": audio_format}}
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:

@@ -464,6 +464,11 @@ class Runtime:
         if self.thinking_level != "off":
             kwargs["thinking_level"] = self.thinking_level
         if request.web_search:
+            if isinstance(runtime, CallableRuntime):
+                raise UsageError(
+                    "web_search=True needs a provider runtime (openai, anthropic): a call= "
+                    "function is given content, model and response_format only"
+                )
             kwargs["web_search"] = True
         for key, value in (request.model_options or {}).items():
             # Sampling knobs (temperature, max_tokens, …) go to the runtime as they are.

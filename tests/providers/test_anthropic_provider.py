@@ -632,3 +632,56 @@ def test_thinking_blocks_go_back_with_tool_results_through_runtime_exec(
     assert assistant["content"][1]["type"] == "tool_use"
     assert follow_up["messages"][2]["content"][0]["type"] == "tool_result"
     assert_valid_request(MessageCreateParamsNonStreaming, follow_up)
+
+
+# --- what the seed names reaches the provider, or is refused -------------------------------
+
+
+def test_web_search_sends_the_server_tool_and_its_reply_reads_as_text(
+    server: LoopbackServer,
+) -> None:
+    # A searched reply holds server_tool_use and web_search_tool_result blocks around the text.
+    server.add(
+        json_reply(
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [
+                    {
+                        "type": "server_tool_use",
+                        "id": "srvtoolu_1",
+                        "name": "web_search",
+                        "input": {"query": "weather Paris"},
+                    },
+                    {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []},
+                    {"type": "text", "text": "Sunny in Paris."},
+                ],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 10, "output_tokens": 5},
+            }
+        )
+    )
+    result = run(
+        turn(
+            runtime_for(server),
+            "Weather in Paris?",
+            model_ref="anthropic:claude-sonnet-4-5",
+            web_search=True,
+        )
+    )
+    assert (result.error, result.content, result.tool_calls) == (None, "Sunny in Paris.", [])
+    body = server.requests[0].json
+    assert_valid_request(MessageCreateParamsNonStreaming, body)
+    assert body["tools"] == [{"type": "web_search_20250305", "name": "web_search"}]
+
+
+@pytest.mark.parametrize("kind", ["audio", "video"])
+def test_audio_and_video_are_refused_before_any_request(server: LoopbackServer, kind: str) -> None:
+    block = {"type": kind, "data": "AAAA", "mime_type": f"{kind}/mp4"}
+    prompt = [Message("user", [{"type": "text", "text": "Look"}, block])]
+    result = run(turn(runtime_for(server), prompt, model_ref="anthropic:claude-sonnet-4-5"))
+    assert result.error is not None and f"{kind} block cannot be sent" in result.error
+    assert result.failure is not None and result.failure.reason == "invalid_request"
+    assert server.requests == []

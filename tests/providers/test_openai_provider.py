@@ -63,7 +63,7 @@ CONVERSATION = [
             {"type": "text", "text": "What is in this picture, and the weather in Paris?"},
             {"type": "image", "data": "iVBORw0KGgo=", "mime_type": "image/png"},
             {"type": "image", "url": "https://example.com/cat.jpg"},
-            {"type": "video", "path": "skipped.mp4"},
+            {"type": "audio", "data": "UklGRg==", "mime_type": "audio/wav"},
         ],
     ),
     Message(
@@ -144,7 +144,10 @@ def test_a_full_conversation_with_tools_is_a_valid_request(server: LoopbackServe
         "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="},
     }
     assert user["content"][2]["image_url"]["url"] == "https://example.com/cat.jpg"
-    assert len(user["content"]) == 3  # the video block is skipped
+    assert user["content"][3] == {
+        "type": "input_audio",
+        "input_audio": {"data": "UklGRg==", "format": "wav"},
+    }
     assert assistant["tool_calls"][1] == {
         "id": "call_2",
         "type": "function",
@@ -597,3 +600,42 @@ def test_a_turn_may_bring_its_own_key(server: LoopbackServer) -> None:
     result = run(turn(runtime, "hi", model_ref="o:m", api_key="sk-turn-key-42"))
     assert result.error is None
     assert server.requests[0].headers["authorization"] == "Bearer sk-turn-key-42"
+
+
+# --- what the seed names reaches the provider, or is refused -------------------------------
+
+
+def test_web_search_and_the_session_id_reach_the_request(server: LoopbackServer) -> None:
+    server.add(json_reply(fixture_json("openai_chat_text.json")))
+    result = run(
+        turn(
+            runtime_for(server),
+            "News?",
+            model_ref="openai:gpt-4o-search-preview",
+            web_search=True,
+            session_id="op-0123abcd",
+        )
+    )
+    assert result.error is None
+    body = server.requests[0].json
+    assert_valid_request(CompletionCreateParamsNonStreaming, body)
+    assert body["web_search_options"] == {}
+    assert body["prompt_cache_key"] == "op-0123abcd"
+
+
+@pytest.mark.parametrize(
+    ("block", "words"),
+    [
+        ({"type": "video", "data": "AAAA", "mime_type": "video/mp4"}, "a video block"),
+        ({"type": "audio", "data": "AAAA", "mime_type": "audio/ogg"}, "'audio/ogg' audio"),
+    ],
+)
+def test_media_the_wire_format_cannot_carry_is_refused_before_any_request(
+    server: LoopbackServer, block: dict[str, Any], words: str
+) -> None:
+    prompt = [Message("user", [{"type": "text", "text": "Listen"}, block])]
+    result = run(turn(runtime_for(server), prompt, model_ref="openai:gpt-4o"))
+    assert result.error is not None and result.error.startswith(f"openai: {words} cannot be sent")
+    assert result.failure is not None
+    assert (result.failure.reason, result.failure.retryable) == ("invalid_request", False)
+    assert server.requests == []

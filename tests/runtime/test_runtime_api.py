@@ -294,3 +294,13 @@ def test_a_call_function_says_registered_tools_are_not_offered() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert rt.exec("hi", toolset="none") == "x"  # opting out says nothing
+
+
+def test_web_search_with_a_call_function_is_refused_not_dropped() -> None:
+    from openprogram_yaml.errors import UsageError
+
+    calls: list[str] = []
+    rt = Runtime(call=lambda c, m, r: calls.append(m) or "x")
+    with pytest.raises(UsageError, match="web_search=True needs a provider runtime"):
+        rt.exec("news?", web_search=True)
+    assert calls == []
