@@ -52,8 +52,10 @@ def content_blocks(prompt: str | Sequence[Message], system_prompt: str | None) -
 class CallableRuntime:
     """Adapts a ``call=`` function to ``AgentRuntimeProtocol``.
 
-    No tools. Structured output counts as native: the function receives ``response_format``
-    and its reply is still parsed, validated and repaired by ``Runtime.exec``.
+    No tools. Structured output counts as native: the function receives the caller's
+    ``response_format`` as given to ``exec`` (a bare schema, an envelope dict or a
+    ``JsonSchemaOutput``), and its reply is still parsed, validated and repaired by
+    ``Runtime.exec``.
     """
 
     provider = "callable"

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from openprogram_yaml.errors import (
     StructuredOutputError,
@@ -28,14 +28,20 @@ from openprogram_yaml.errors import (
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.turn_end import UNSET, Done, Redo, Unset
-from openprogram_yaml.runtime.validation import SchemaValidator
+from openprogram_yaml.runtime.validation import SchemaValidator, reference_issues
 from openprogram_yaml.runtime.validators import validator_for
-from openprogram_yaml.runtimes.protocol import Capabilities, Message, RuntimeResult, ToolSpec
+from openprogram_yaml.runtimes.protocol import (
+    UNDECLARED_CAPABILITIES,
+    Capabilities,
+    Message,
+    RuntimeResult,
+    ToolSpec,
+)
 
 __all__ = [
     "DEFAULT_VALIDATION_RETRIES",
     "SUBMIT_TOOL",
-    "ResponseFormat",
+    "JsonSchemaOutput",
     "StructuredTerminal",
     "normalize_response_format",
     "parse_json_strict",
@@ -51,9 +57,18 @@ _FALLBACKS = ("auto", "none", "prompt")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+def _schema_error(message: str) -> StructuredOutputSchemaError:
+    return StructuredOutputSchemaError(message, issues=[message])
+
+
 @dataclass(frozen=True, slots=True)
-class ResponseFormat:
-    """A normalised structured-output request. Build with ``normalize_response_format``."""
+class JsonSchemaOutput:
+    """A structured-output request: the JSON Schema the answer must match, and how to get it.
+
+    ``fallback`` is ``auto`` (native output, else a hidden submit tool where the runtime can
+    force one), ``prompt`` (also allow a prompt instruction alone) or ``none`` (native only).
+    Checked when built: ``StructuredOutputSchemaError`` for an invalid schema or option.
+    """
 
     schema: Mapping[str, JSONValue] | bool
     name: str = "response"
@@ -61,7 +76,38 @@ class ResponseFormat:
     strict: bool = True
     fallback: str = "auto"
     max_validation_retries: int | None = None
-    validator: SchemaValidator | None = field(default=None, compare=False, repr=False)
+    validator: SchemaValidator = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        name: object = self.name
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise _schema_error(
+                f"response_format.name must match [A-Za-z0-9_-]{{1,64}}, not {name!r}"
+            )
+        if not isinstance(self.description, str):
+            raise _schema_error("response_format.description must be a string")
+        if not isinstance(self.strict, bool):
+            raise _schema_error("response_format.strict must be true or false")
+        if self.fallback not in _FALLBACKS:
+            raise _schema_error(
+                f"response_format.fallback must be one of {_FALLBACKS}, not {self.fallback!r}"
+            )
+        retries: object = self.max_validation_retries
+        if retries is not None and (
+            isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 2
+        ):
+            raise _schema_error(f"max_validation_retries must be 0, 1 or 2, not {retries!r}")
+        schema: object = self.schema
+        if not isinstance(schema, Mapping | bool):
+            raise _schema_error("response_format.schema must be a JSON Schema object")
+        # Refused here, not when a reply is checked: a remote $ref or a $ref loop would
+        # otherwise fail every attempt, after the model was called for each.
+        refs = reference_issues(schema)
+        if refs:
+            raise StructuredOutputSchemaError(
+                "the response schema has references that cannot be used", issues=refs
+            )
+        object.__setattr__(self, "validator", validator_for(schema, what="response schema"))
 
     def native_payload(self) -> JSONObject:
         """The ``response_format`` kwarg a runtime with native structured output receives."""
@@ -77,57 +123,28 @@ def _json_schema(schema: Mapping[str, JSONValue] | bool) -> JSONObject | bool:
     return dict(schema) if isinstance(schema, Mapping) else schema
 
 
-def _schema_error(message: str) -> StructuredOutputSchemaError:
-    return StructuredOutputSchemaError(message, issues=[message])
+def _from_envelope(env: Mapping[str, object]) -> JsonSchemaOutput:
+    unknown = sorted(k for k in env if k not in _ENVELOPE_KEYS)
+    if unknown or "schema" not in env:
+        what = f"unknown keys {unknown}" if unknown else "no 'schema'"
+        raise _schema_error(f"the response_format envelope has {what}")
+    options: dict[str, Any] = {k: env[k] for k in _ENVELOPE_KEYS if k in env}
+    return JsonSchemaOutput(**options)
 
 
-def _from_envelope(env: Mapping[str, object]) -> ResponseFormat:
-    name = env.get("name", "response")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise _schema_error(f"response_format.name must match [A-Za-z0-9_-]{{1,64}}, not {name!r}")
-    description = env.get("description", "")
-    if not isinstance(description, str):
-        raise _schema_error("response_format.description must be a string")
-    strict = env.get("strict", True)
-    if not isinstance(strict, bool):
-        raise _schema_error("response_format.strict must be true or false")
-    fallback = env.get("fallback", "auto")
-    if fallback not in _FALLBACKS:
-        raise _schema_error(
-            f"response_format.fallback must be one of {_FALLBACKS}, not {fallback!r}"
-        )
-    retries = env.get("max_validation_retries")
-    if retries is not None and (
-        isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= 2
-    ):
-        raise _schema_error(f"max_validation_retries must be 0, 1 or 2, not {retries!r}")
-    schema = env["schema"]
-    if not isinstance(schema, Mapping | bool):
-        raise _schema_error("response_format.schema must be a JSON Schema object")
-    return ResponseFormat(
-        schema=schema,
-        name=name,
-        description=description,
-        strict=strict,
-        fallback=fallback,
-        max_validation_retries=retries,
-        validator=validator_for(schema, what="response schema"),
-    )
+_normalized: dict[int, tuple[object, JsonSchemaOutput]] = {}
 
 
-_normalized: dict[int, tuple[object, ResponseFormat]] = {}
+def normalize_response_format(value: object) -> JsonSchemaOutput:
+    """A ``JsonSchemaOutput`` from a bare JSON Schema, a ``JsonSchemaOutput``, or an envelope.
 
-
-def normalize_response_format(value: object) -> ResponseFormat:
-    """A ``ResponseFormat`` from a bare JSON Schema, the envelope, or the OpenAI shape.
-
-    The envelope is a mapping whose keys are all among ``schema``, ``name``, ``description``,
-    ``strict``, ``fallback``, ``max_validation_retries`` and that has ``schema``.
+    Envelopes: ``{"type": "json_schema", "schema": S, ...options}`` (the seed's),
+    ``{"schema": S, ...options}`` (every key an option), and OpenAI's
+    ``{"type": "json_schema", "json_schema": {"schema": S, ...options}}``. The options are
+    ``name``, ``description``, ``strict``, ``fallback`` and ``max_validation_retries``.
     """
-    if isinstance(value, ResponseFormat):
-        if value.validator is not None:
-            return value
-        return _from_envelope({k: getattr(value, k) for k in _ENVELOPE_KEYS})
+    if isinstance(value, JsonSchemaOutput):
+        return value
     hit = _normalized.get(id(value))
     if hit is not None and hit[0] is value:
         return hit[1]
@@ -136,48 +153,66 @@ def normalize_response_format(value: object) -> ResponseFormat:
             "response_format must be a JSON Schema object or an envelope with 'schema'",
             issues=[f"got {type(value).__name__}"],
         )
-    if value.get("type") == "json_schema" and isinstance(value.get("json_schema"), Mapping):
-        result = _from_envelope(value["json_schema"])
+    if value.get("type") == "json_schema":
+        inner = value.get("json_schema")
+        if isinstance(inner, Mapping) and "schema" not in value:
+            if set(value) != {"type", "json_schema"}:
+                raise _schema_error("put the envelope's options inside 'json_schema'")
+            result = _from_envelope(inner)
+        else:
+            result = _from_envelope({k: v for k, v in value.items() if k != "type"})
     elif "schema" in value and _ENVELOPE_KEYS.issuperset(value):
         result = _from_envelope(value)
     else:
-        result = ResponseFormat(
-            schema=value, validator=validator_for(value, what="response schema")
-        )
+        result = JsonSchemaOutput(schema=value)
     if len(_normalized) > 512:
         _normalized.clear()
     _normalized[id(value)] = (value, result)
     return result
 
 
-def select_mode(fmt: ResponseFormat, caps: Capabilities) -> str:
-    """``native``, ``tool`` or ``prompt``; ``StructuredOutputUnsupportedError`` otherwise."""
+def select_mode(fmt: JsonSchemaOutput, caps: Capabilities) -> str:
+    """``native``, ``tool`` or ``prompt``; ``StructuredOutputUnsupportedError`` otherwise.
+
+    Fails closed: a runtime that declares no capabilities (``UNDECLARED_CAPABILITIES``) gets
+    neither the hidden tool nor native output, only the prompt fallback asked for by name.
+    """
     if caps.native_json_schema:
         return "native"
     if fmt.fallback == "prompt":
         return "prompt"
-    if fmt.fallback == "auto" and caps.tools and caps.forced_tool_choice:
+    if caps is UNDECLARED_CAPABILITIES:
+        why = (
+            "the runtime declares no capabilities(), so no structured-output mode is known "
+            "to work (declare Capabilities, or set fallback: prompt for a prompt instruction)"
+        )
+    elif fmt.fallback == "auto" and caps.tools and caps.forced_tool_choice:
         return "tool"
-    why = (
-        "fallback is 'none'"
-        if fmt.fallback == "none"
-        else "the runtime cannot force a tool call (set fallback: prompt for a prompt instruction)"
-    )
+    elif fmt.fallback == "none":
+        why = "this runtime has no native structured output and fallback is 'none'"
+    else:
+        why = (
+            "this runtime has no native structured output and cannot force a tool call "
+            "(set fallback: prompt for a prompt instruction)"
+        )
     raise StructuredOutputUnsupportedError(
-        "this runtime has no native structured output and " + why,
-        issues=[f"fallback={fmt.fallback}", f"capabilities={caps}"],
+        why, issues=[f"fallback={fmt.fallback}", f"capabilities={caps}"]
     )
+
+
+class _Unparsable(ValueError):
+    """A reason the reply is not strict JSON, worded without quoting the reply."""
 
 
 def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not valid JSON")
+    raise _Unparsable("NaN and Infinity are not valid JSON")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
     out: JSONObject = {}
     for key, val in pairs:
         if key in out:
-            raise ValueError(f"duplicate key {key!r}")
+            raise _Unparsable("an object has the same key twice")
         out[key] = val
     return out
 
@@ -192,7 +227,14 @@ def parse_json_strict(text: str) -> JSONValue:
         value: JSONValue = json.loads(
             text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
         )
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
+        # ``msg`` names the rule ("Expecting value"); the position says where, and neither
+        # quotes the reply.
+        where = f"line {exc.lineno} column {exc.colno}"
+        raise StructuredOutputValidationError(
+            "the reply is not valid JSON", code="invalid_json", issues=[f"$: {exc.msg} at {where}"]
+        ) from None
+    except _Unparsable as exc:
         raise StructuredOutputValidationError(
             "the reply is not valid JSON", code="invalid_json", issues=[f"$: {exc}"]
         ) from None
@@ -223,7 +265,7 @@ class StructuredTerminal:
     budgeted = True
     picks_choice = False
 
-    def __init__(self, fmt: ResponseFormat, mode: str, max_validation_retries: int) -> None:
+    def __init__(self, fmt: JsonSchemaOutput, mode: str, max_validation_retries: int) -> None:
         self.fmt = fmt
         self.mode = mode
         self.name = f"structured:{mode}"
@@ -258,21 +300,62 @@ class StructuredTerminal:
         else:
             self.system_suffix = ""
 
+    def tool_settings(
+        self,
+        offered: Collection[str],
+        tool_choice: str | JSONObject | Unset,
+        parallel_tool_calls: bool | Unset,
+    ) -> bool | Unset:
+        """The ``parallel_tool_calls`` to send. On the hidden-tool path that is ``False``
+        (the submission must stand alone in its turn), and caller settings the hidden tool
+        cannot honour are refused rather than forwarded."""
+        if self.mode != "tool":
+            return parallel_tool_calls
+        if SUBMIT_TOOL in offered:
+            raise StructuredOutputUnsupportedError(
+                f"a tool is named {SUBMIT_TOOL!r}, the name structured output reserves for "
+                "its hidden submit tool; rename the tool",
+                issues=[f"tools: {SUBMIT_TOOL}"],
+            )
+        conflicts = []
+        if tool_choice == "none" or isinstance(tool_choice, dict):
+            conflicts.append(
+                f"tool_choice={tool_choice!r} would keep the model from calling {SUBMIT_TOOL}"
+            )
+        if parallel_tool_calls is True:
+            conflicts.append(f"parallel_tool_calls=True: {SUBMIT_TOOL} must be alone in its turn")
+        if conflicts:
+            raise StructuredOutputUnsupportedError(
+                "this runtime has no native structured output, and the hidden submit tool "
+                "that stands in for it cannot honour: " + "; ".join(conflicts),
+                issues=conflicts,
+            )
+        return False
+
     def tool_choice(self, has_user_tools: bool) -> str | JSONObject | Unset:
         if self.mode == "tool" and not has_user_tools:
             return {"type": "function", "name": SUBMIT_TOOL}
         return UNSET
 
+    def out_of_iterations(self, max_iterations: int) -> StructuredOutputValidationError:
+        """The error when the tool loop ends with no structured answer submitted."""
+        return StructuredOutputValidationError(
+            f"exec() hit max_iterations={max_iterations} before the model submitted "
+            "its structured answer",
+            code="missing_submission",
+            issues=[f"$: no answer within max_iterations={max_iterations}"],
+        )
+
     def _check(self, value: JSONValue) -> list[str]:
-        assert self.fmt.validator is not None
-        return self.fmt.validator.errors(value)
+        return self.fmt.validator.rule_errors(value)
 
     def accept(self, result: RuntimeResult) -> Done | Redo | None:
         if result.refusal is not None or result.finish_reason in ("refusal", "content_filter"):
             raise StructuredOutputGenerationError(
                 "the model refused to produce the structured reply",
                 code="refusal",
-                issues=[result.refusal or f"finish_reason={result.finish_reason}"],
+                # The refusal text is the model's own words: diagnostics never quote them.
+                issues=[f"$: refused (finish_reason={result.finish_reason})"],
             )
         if self.mode == "tool":
             return self._accept_submission(result)

@@ -21,7 +21,14 @@ if TYPE_CHECKING:
 
     from openprogram_yaml.json_types import JSONValue
 
-__all__ = ["SchemaValidator", "check_schema", "format_path", "keyword_mistakes", "schema_issues"]
+__all__ = [
+    "SchemaValidator",
+    "check_schema",
+    "format_path",
+    "keyword_mistakes",
+    "reference_issues",
+    "schema_issues",
+]
 
 #: At most this many issues are reported for one value.
 MAX_ISSUES = 20
@@ -272,6 +279,56 @@ def _meta_issues(schema: Mapping[str, JSONValue]) -> list[tuple[tuple[str | int,
     return issues
 
 
+def _short(value: object) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+#: How a broken rule is worded; ``{}`` is the keyword's value in the schema.
+_RULES = {
+    "type": "must be of type {}",
+    "enum": "must be one of {}",
+    "const": "must be exactly {}",
+    "additionalProperties": "has a property the schema does not allow",
+    "unevaluatedProperties": "has a property the schema does not allow",
+    "propertyNames": "has a property name the schema does not allow",
+    "minimum": "must be >= {}",
+    "maximum": "must be <= {}",
+    "exclusiveMinimum": "must be > {}",
+    "exclusiveMaximum": "must be < {}",
+    "multipleOf": "must be a multiple of {}",
+    "minLength": "must be at least {} characters long",
+    "maxLength": "must be at most {} characters long",
+    "pattern": "must match the pattern {}",
+    "format": "must be a valid {}",
+    "minItems": "must have at least {} items",
+    "maxItems": "must have at most {} items",
+    "uniqueItems": "items must be unique",
+    "items": "has items the schema does not allow",
+    "prefixItems": "has items the schema does not allow",
+    "unevaluatedItems": "has items the schema does not allow",
+    "contains": "has no item matching 'contains'",
+    "minContains": "must have at least {} items matching 'contains'",
+    "maxContains": "must have at most {} items matching 'contains'",
+    "minProperties": "must have at least {} properties",
+    "maxProperties": "must have at most {} properties",
+    "anyOf": "matches none of the schemas in 'anyOf'",
+    "oneOf": "must match exactly one of the schemas in 'oneOf'",
+    "not": "matches the schema in 'not'",
+}
+
+
+def _rule(keyword: object, expected: object) -> str:
+    """The rule a value broke, worded from the schema alone (``expected`` is the keyword's
+    value in the schema, never the model's)."""
+    if keyword is None:  # a ``false`` subschema
+        return "no value is allowed here"
+    template = _RULES.get(str(keyword))
+    if template is None:
+        return f"breaks the '{keyword}' rule"
+    return template.format(_short(expected))
+
+
 def check_schema(schema: object) -> list[str]:
     """Problems that make ``schema`` an invalid JSON Schema; empty when it is valid."""
     out = []
@@ -279,6 +336,89 @@ def check_schema(schema: object) -> list[str]:
         where = format_path(path)
         out.append(f"{where}: {message}" if where != "$" else message)
     return out
+
+
+#: Keywords that apply a subschema to the same value, not to a part of it: a ``$ref`` that
+#: comes back to itself through only these never reaches a smaller value, so it never ends.
+_IN_PLACE = frozenset({"allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref"})
+
+
+def _pointer(root: object, ref: str) -> object:
+    """The subschema a local ``#/a/b`` reference names, or ``None``."""
+    node = root
+    for raw in ref[2:].split("/") if ref != "#" else []:
+        part = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node
+
+
+def _in_place_refs(node: object) -> list[str]:
+    """The local ``$ref``s ``node`` applies to the same value (through allOf, not, ...)."""
+    found: list[str] = []
+    if not isinstance(node, dict):
+        return found
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str):
+            found.append(value)
+        elif key in _IN_PLACE and isinstance(value, dict):
+            found.extend(_in_place_refs(value))
+        elif key in _IN_PLACE and isinstance(value, list):
+            for sub in value:
+                found.extend(_in_place_refs(sub))
+    return found
+
+
+def reference_issues(schema: object) -> list[str]:
+    """``$ref``s a schema passed in as data cannot use: remote ones (never fetched) and
+    cycles that come back to the same value without descending into it (``a`` -> ``b`` ->
+    ``a``), which no validator can finish. Recursion through ``properties`` or ``items``
+    (a tree) is fine. Refs must be local (``#…``); ``#/…`` pointers must resolve."""
+    issues: list[str] = []
+    refs: set[str] = set()
+
+    def walk(node: object, path: tuple[str | int, ...]) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "$ref" and isinstance(value, str):
+                    refs.add(value)
+                    if not value.startswith("#"):
+                        issues.append(
+                            f"{format_path(path)}: $ref {value!r} is not local; remote "
+                            "references are never fetched: put the schema under $defs"
+                        )
+                    elif (value.startswith("#/") or value == "#") and _pointer(
+                        schema, value
+                    ) is None:
+                        issues.append(f"{format_path(path)}: $ref {value!r} names nothing")
+                walk(value, (*path, key))
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, (*path, i))
+
+    walk(schema, ())
+    for start in sorted(r for r in refs if r == "#" or r.startswith("#/")):
+        seen = [start]
+        todo = list(_in_place_refs(_pointer(schema, start)))
+        while todo:
+            ref = todo.pop()
+            if ref == start:
+                issues.append(
+                    f"$ref {start!r} refers back to itself without descending into the value "
+                    "(an endless loop); recursion must go through properties or items"
+                )
+                break
+            if ref in seen or not (ref == "#" or ref.startswith("#/")):
+                continue
+            seen.append(ref)
+            todo.extend(_in_place_refs(_pointer(schema, ref)))
+        if len(issues) >= MAX_ISSUES:
+            break
+    return issues[:MAX_ISSUES]
 
 
 #: What a pickled ``SchemaValidator`` keeps: the schema and the resources its refs name.
@@ -329,6 +469,25 @@ class SchemaValidator:
             return [f"$: the schema could not be applied: {exc}"]
         for err in found:
             issues.append(f"{format_path(err.path)}: {err.message}")
+            if len(issues) >= MAX_ISSUES:
+                break
+        return issues
+
+    def rule_errors(self, value: JSONValue) -> list[str]:
+        """Like ``errors``, but each problem names its path and the rule it breaks, never
+        the value: what a model answered stays out of errors, events and repair prompts."""
+        issues: list[str] = []
+        try:
+            found = sorted(self._built().iter_errors(value), key=lambda e: list(e.path))
+        except Exception:  # an unresolvable $ref surfaces only while validating
+            return ["$: the schema could not be applied to the value"]
+        for err in found:
+            if err.validator in ("required", "dependentRequired"):
+                # These name a property the schema lists, not anything from the value.
+                rule = err.message
+            else:
+                rule = _rule(err.validator, err.validator_value)
+            issues.append(f"{format_path(err.path)}: {rule}")
             if len(issues) >= MAX_ISSUES:
                 break
         return issues

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 from openprogram_yaml.json_types import JSONObject
 
 __all__ = [
+    "UNDECLARED_CAPABILITIES",
     "AgentRuntimeProtocol",
     "Capabilities",
     "DeltaCallback",
@@ -251,13 +252,16 @@ def is_selector(obj: object) -> TypeIs[RuntimeSelectorProtocol]:
 SelectorWrapper: TypeAlias = Callable[[RuntimeSelectorProtocol], RuntimeSelectorProtocol]
 
 
-_DEFAULT_CAPABILITIES = Capabilities()
+#: What ``capabilities_of`` gives a runtime that declares nothing: tools, no native
+#: structured output. Wrappers pass this very object on, and structured output checks for
+#: it by identity to fail closed (a runtime that says nothing gets no hidden submit tool).
+UNDECLARED_CAPABILITIES = Capabilities()
 
 
 def capabilities_of(runtime: object, model_ref: str | None) -> Capabilities:
     """What ``runtime`` can do for ``model_ref``; a runtime that cannot say (no
     ``capabilities()``, or not a ``Capabilities``) gets the defaults: tools, no native
-    structured output."""
+    structured output: ``UNDECLARED_CAPABILITIES``."""
     ask = getattr(runtime, "capabilities", None)
     value = ask(model_ref) if callable(ask) else None
-    return value if isinstance(value, Capabilities) else _DEFAULT_CAPABILITIES
+    return value if isinstance(value, Capabilities) else UNDECLARED_CAPABILITIES

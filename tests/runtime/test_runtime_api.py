@@ -48,7 +48,7 @@ def test_call_function_receives_blocks_model_and_format() -> None:
         {"type": "text", "text": "hi"},
     ]
     assert rt.exec("n?", response_format=SCHEMA) == {"n": 1}
-    assert seen[1][2]["schema"] == SCHEMA
+    assert seen[1][2] is SCHEMA  # the caller's response_format, not a payload of ours
 
 
 def test_async_call_function() -> None:

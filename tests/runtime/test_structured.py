@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -273,3 +274,220 @@ def test_local_refs_validate() -> None:
 
 def test_normalisation_is_cached_per_schema_object() -> None:
     assert normalize_response_format(SCHEMA) is normalize_response_format(SCHEMA)
+
+
+# --- issue 14 §2: envelopes, the caller's format, failing closed, quiet diagnostics --------
+
+
+def test_the_seeds_envelope_dict_is_accepted(make: Any) -> None:
+    rt, model = make([Reply.json(GOOD)], caps=NATIVE)
+    envelope = {"type": "json_schema", "schema": SCHEMA, "name": "label", "strict": True}
+    assert rt.exec("x", response_format=envelope) == GOOD
+    sent = model.requests[0].response_format
+    assert sent is not None and sent["schema"] == SCHEMA and sent["name"] == "label"
+
+
+def test_an_envelope_with_an_unknown_key_is_an_invalid_schema(make: Any) -> None:
+    rt, model = make(["never"], caps=NATIVE)
+    with pytest.raises(StructuredOutputSchemaError, match="unknown keys"):
+        rt.exec("x", response_format={"type": "json_schema", "schema": SCHEMA, "nmae": "x"})
+    assert model.requests == []
+
+
+def test_json_schema_output_is_the_public_envelope_and_is_checked_when_built(make: Any) -> None:
+    from openprogram_yaml import JsonSchemaOutput
+
+    rt, _ = make([Reply.json(GOOD)], caps=NATIVE)
+    fmt = JsonSchemaOutput(schema=SCHEMA, name="label", max_validation_retries=1)
+    assert rt.exec("x", response_format=fmt) == GOOD
+    assert normalize_response_format(fmt) is fmt
+    with pytest.raises(StructuredOutputSchemaError):
+        JsonSchemaOutput(schema=SCHEMA, fallback="sometimes")
+    with pytest.raises(StructuredOutputSchemaError):
+        JsonSchemaOutput(schema={"type": "objekt"})
+
+
+def test_a_call_function_receives_the_callers_response_format() -> None:
+    from openprogram_yaml import JsonSchemaOutput, Runtime
+
+    seen: list[object] = []
+
+    def my_llm(content: Any, model: str, response_format: Any) -> str:
+        seen.append(response_format)
+        return '{"label": "bug", "score": 3}'
+
+    envelope = {"type": "json_schema", "schema": SCHEMA, "name": "label"}
+    fmt = JsonSchemaOutput(schema=SCHEMA)
+    with Runtime(call=my_llm) as rt:
+        assert rt.exec("x", response_format=envelope) == GOOD
+        assert rt.exec("x", response_format=fmt) == GOOD
+    assert seen[0] is envelope and seen[1] is fmt
+
+
+def test_call_receives_the_callers_response_format_in_a_subclass() -> None:
+    from openprogram_yaml import Runtime
+
+    seen: list[object] = []
+
+    class Mine(Runtime):
+        def _call(self, content: Any, model: str = "default", response_format: Any = None) -> str:
+            seen.append(response_format)
+            return '{"label": "bug", "score": 3}'
+
+    with Mine() as rt:
+        assert rt.exec("x", response_format=SCHEMA) == GOOD
+    assert seen == [SCHEMA] and seen[0] is SCHEMA
+
+
+class Undeclared:
+    """A runtime that says nothing of what it can do: no ``capabilities()``."""
+
+    def __init__(self, replies: list[Any]) -> None:
+        from openprogram_yaml.providers.test import ScriptedRuntime
+
+        self.inner = ScriptedRuntime(replies)
+        self.requests = self.inner.requests
+
+    def supports(self, model_ref: str | None = None) -> bool:
+        return True
+
+    async def run_turn(self, prompt: Any, **kwargs: Any) -> Any:
+        return await self.inner.run_turn(prompt, **kwargs)
+
+    def stream_turn(self, prompt: Any, **kwargs: Any) -> Any:
+        return self.inner.stream_turn(prompt, **kwargs)
+
+
+def test_a_runtime_that_declares_no_capabilities_fails_closed() -> None:
+    from openprogram_yaml import Runtime
+
+    model = Undeclared(["plain"])
+    with Runtime(model="x:y", runtimes=model) as rt:
+        with pytest.raises(StructuredOutputUnsupportedError, match="declares no capabilities"):
+            rt.exec("x", response_format=SCHEMA)
+        assert rt.exec("x") == "plain"  # only structured output is refused
+    assert len(model.requests) == 1 and "tools" not in model.requests[0].kwargs
+
+
+def test_prompt_fallback_must_be_asked_for_and_then_works_without_capabilities() -> None:
+    from openprogram_yaml import Runtime
+
+    model = Undeclared([Reply.json(GOOD)])
+    with Runtime(model="x:y", runtimes=model) as rt:
+        assert rt.exec("x", response_format={"schema": SCHEMA, "fallback": "prompt"}) == GOOD
+    request = model.requests[0]
+    assert "JSON Schema" in (request.system_prompt or "") and "tools" not in request.kwargs
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"tool_choice": "none"},
+        {"tool_choice": {"type": "function", "name": "lookup"}},
+        {"parallel_tool_calls": True},
+    ],
+)
+def test_the_hidden_tool_path_refuses_settings_it_cannot_honour(
+    make: Any, options: dict[str, Any]
+) -> None:
+    tool = {"spec": {"name": "lookup"}, "execute": lambda: "data"}
+    rt, model = make(["never"], caps=TOOLS_ONLY)
+    with pytest.raises(StructuredOutputUnsupportedError) as info:
+        rt.exec("x", response_format=SCHEMA, tools=[tool], **options)
+    assert info.value.code == "unsupported"
+    assert model.requests == []
+
+
+def test_the_hidden_tool_path_sends_parallel_tool_calls_false(make: Any) -> None:
+    tool = {"spec": {"name": "lookup"}, "execute": lambda: "data"}
+    rt, model = make([Reply.call("submit_result", GOOD)], caps=TOOLS_ONLY)
+    assert rt.exec("x", response_format=SCHEMA, tools=[tool], tool_choice="auto") == GOOD
+    assert model.requests[0].kwargs["parallel_tool_calls"] is False
+    rt2, native = make([Reply.json(GOOD)], caps=NATIVE)
+    assert rt2.exec("x", response_format=SCHEMA) == GOOD
+    assert "parallel_tool_calls" not in native.requests[0].kwargs  # only where the tool is hidden
+
+
+def test_running_out_of_max_iterations_without_a_submission(make: Any) -> None:
+    tool = {"spec": {"name": "lookup"}, "execute": lambda: "data"}
+    rt, model = make([Reply.call("lookup")] * 5, caps=TOOLS_ONLY)
+    with pytest.raises(StructuredOutputValidationError) as info:
+        rt.exec("x", response_format=SCHEMA, tools=[tool], max_iterations=2)
+    assert info.value.code == "missing_submission"
+    assert len(model.requests) == 2
+
+
+LEAK = "SECRET-ANSWER-7f3a"
+
+
+def _everything_said(info: pytest.ExceptionInfo[Any], events: list[Any], model: Any) -> str:
+    repairs = [r.messages[-1].text() for r in model.requests[1:]]
+    return "\n".join([str(info.value), *info.value.issues, json.dumps(events), *repairs])
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"label": LEAK, "score": 3},  # enum
+        {"label": "bug", "score": LEAK},  # type
+        {"label": "bug", "score": 3, LEAK: 1},  # additionalProperties
+    ],
+)
+def test_diagnostics_never_quote_the_models_answer(make: Any, answer: dict[str, Any]) -> None:
+    events: list[dict[str, Any]] = []
+    rt, model = make([Reply.json(answer)] * 3, caps=NATIVE, on_stream=events.append)
+    with pytest.raises(StructuredOutputValidationError) as info:
+        rt.exec("x", response_format=SCHEMA)
+    said = _everything_said(info, [e for e in events if e["type"] != "text"], model)
+    assert LEAK not in said
+    assert "$" in info.value.issues[0]  # the issue still says where, by path and rule
+
+
+def test_submit_tool_repairs_and_broken_json_never_quote_the_answer(make: Any) -> None:
+    events: list[dict[str, Any]] = []
+    bad = Reply.call("submit_result", {"label": LEAK, "score": 3})
+    rt, model = make([bad, bad, bad], caps=TOOLS_ONLY, on_stream=events.append)
+    with pytest.raises(StructuredOutputValidationError) as info:
+        rt.exec("x", response_format=SCHEMA)
+    assert LEAK not in _everything_said(info, events, model)
+    broken = f'{{"{LEAK}": 1, "{LEAK}": 2}}'
+    rt2, model2 = make([broken, f"{LEAK} {{", Reply.refuse(LEAK)], caps=NATIVE)
+    with pytest.raises(StructuredOutputGenerationError) as info2:
+        rt2.exec("x", response_format=SCHEMA)
+    assert LEAK not in _everything_said(info2, [], model2)
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        ({"$ref": "https://schemas.example.com/label.json"}, "not local"),
+        ({"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}, "not local"),
+        ({"$ref": "#/$defs/missing"}, "names nothing"),
+        ({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}},
+          "$ref": "#/$defs/a"}, "refers back to itself"),
+        ({"anyOf": [{"$ref": "#"}, {"type": "string"}]}, "refers back to itself"),
+    ],
+)  # fmt: skip
+def test_remote_refs_and_reference_cycles_are_refused_before_any_request(
+    make: Any, schema: dict[str, Any], problem: str
+) -> None:
+    rt, model = make([Reply.json(GOOD)] * 3, caps=NATIVE)
+    with pytest.raises(StructuredOutputSchemaError) as info:
+        rt.exec("x", response_format=schema)
+    assert any(problem in issue for issue in info.value.issues), info.value.issues
+    assert model.requests == []
+
+
+def test_a_recursive_schema_through_properties_is_fine(make: Any) -> None:
+    tree = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
+    value = {"children": [{"children": []}]}
+    rt, _ = make([Reply.json(value)], caps=NATIVE)
+    assert rt.exec("x", response_format=tree) == value

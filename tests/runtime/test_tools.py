@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from openprogram_yaml.errors import ErrorReason, LLMError
+from openprogram_yaml.errors import ErrorReason, LLMError, StructuredOutputUnsupportedError
 from openprogram_yaml.providers.test import Reply
 from openprogram_yaml.runtime import Tool
 from openprogram_yaml.runtimes.protocol import ToolSpec
@@ -232,5 +232,5 @@ def test_user_tools_cannot_take_the_hidden_submit_name(make: Any) -> None:
 
     rt, _ = make(["x"], caps=Capabilities(native_json_schema=False))
     clash = {"spec": {"name": "submit_result"}, "execute": lambda: None}
-    with pytest.raises(ValueError, match="reserved"):
+    with pytest.raises(StructuredOutputUnsupportedError, match="reserves"):
         rt.exec("x", tools=[clash], response_format={"type": "object"})
