@@ -105,7 +105,11 @@ def _response_format(
     max_validation_retries: int | None,
 ) -> tuple[dict[str, Any] | None, bool]:
     if method.response_schema is None:
+        if method.fallback is not None:
+            col.at(source, (*loc, "fallback"), "'fallback' applies to 'response_schema'; set one")
+            return None, False
         return None, True
+    fallback_loc = (*loc, "fallback")
     loc = (*loc, "response_schema")
     schema, options, is_envelope = split_envelope(method.response_schema)
     schema_loc = (*loc, "schema") if is_envelope else loc
@@ -113,6 +117,11 @@ def _response_format(
     for key, problem in envelope_problems(options):
         col.at(source, (*loc, key), problem)
         ok = False
+    if method.fallback is not None:
+        if options.get("fallback", method.fallback) != method.fallback:
+            col.at(source, fallback_loc, "'fallback' disagrees with response_schema's 'fallback'")
+            ok = False
+        options["fallback"] = method.fallback
     bundled, valid = col.schema(schema, ctx=ctx, base_file=path, source=source, loc=schema_loc)
     if not valid:
         return None, False

@@ -49,11 +49,12 @@ def split_envelope(value: Any) -> tuple[Any, dict[str, Any], bool]:
     if (
         isinstance(value, dict)
         and "schema" in value
-        and set(value) <= ENVELOPE_KEYS
-        # A bare schema describing an object property called "schema" has "type" too.
-        and "type" not in value
+        and set(value) <= ENVELOPE_KEYS | {"type"}
+        # A bare schema describing an object property called "schema" has "type" too; the
+        # seed's envelope says "type: json_schema", which no bare schema can.
+        and value.get("type", "json_schema") == "json_schema"
     ):
-        options = {k: v for k, v in value.items() if k != "schema"}
+        options = {k: v for k, v in value.items() if k not in ("schema", "type")}
         return value["schema"], options, True
     return value, {}, False
 

@@ -425,6 +425,11 @@ class MethodSpec(ExecOptionsSpec):
     """The JSON Schema the answer must match: a bare schema, {$ref: file}, or an envelope
     {schema, name, description, strict, fallback, max_validation_retries}. Unset: text."""
 
+    fallback: Literal["auto", "prompt", "none"] | None = None
+    """How to get the answer of `response_schema` from a model without native structured
+    output: `auto` (the default) uses a hidden submit tool where the runtime can force one;
+    `prompt` also allows a prompt instruction alone; `none` requires native output."""
+
     toolset: str | None = None
     """Which tools the method gets: a toolset name, or `none`. Unset: every tool of the agent."""
 
