@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
+from ..errors import ErrorReason
 from ..json_types import JSONValue
 from ..runtimes.failures import failure_from_body_error
 from ..runtimes.protocol import (
@@ -33,6 +34,7 @@ from ._http import (
     SSEEvent,
     StreamAssembler,
     Unsendable,
+    failed,
     image_source,
 )
 
@@ -121,6 +123,51 @@ class AnthropicRuntime(HTTPRuntime):
         if native is None:
             native = native_schema_model(self.model_id(model_ref))
         return Capabilities(native_json_schema=native, forced_tool_choice=True)
+
+    async def run_turn(
+        self,
+        prompt: str | Sequence[Message],
+        *,
+        system_prompt: str | None = None,
+        model_ref: str | None = None,
+        **kwargs: Any,
+    ) -> RuntimeResult:
+        """One turn (see ``HTTPRuntime.run_turn``); a reply that skips a forced tool fails.
+
+        Anthropic's API always calls a tool that ``tool_choice`` forces. Some
+        Anthropic-compatible servers ignore ``tool_choice``; structured output on a model not
+        known to support native output relies on it (the hidden ``submit_result`` tool), so
+        such a reply is reported at once, with the way out, instead of being repaired in
+        vain.
+        """
+        result = await super().run_turn(
+            prompt, system_prompt=system_prompt, model_ref=model_ref, **kwargs
+        )
+        forced = kwargs.get("tool_choice")
+        if (
+            not isinstance(forced, Mapping)
+            or result.failure is not None
+            or result.error
+            or result.tool_calls
+            or result.finish_reason in ("length", "refusal")
+        ):
+            return result
+        model = self.model_id(model_ref)
+        message = (
+            f"{self.provider}: tool_choice forced the tool {forced.get('name')!r}, but the "
+            f"reply called no tool: the server at {self.settings.base_url} ignores "
+            "tool_choice."
+        )
+        if not self.capabilities(model_ref).native_json_schema:
+            message += (
+                f" Model {model!r} is not known to support native structured output, so "
+                "structured output is asked for through a forced submit_result tool, which "
+                "cannot work against this server. If the server supports "
+                "output_config.format, set the runtime option native_json_schema: true; "
+                "otherwise set fallback: prompt."
+            )
+        failure = TurnFailure(ErrorReason.INVALID_REQUEST.value, message, False)
+        return failed(failure, **result.metadata)
 
     # --- the wire format ----------------------------------------------------------
 

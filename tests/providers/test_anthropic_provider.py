@@ -232,6 +232,34 @@ def test_structured_output_uses_output_config_on_supporting_models() -> None:
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
 
 
+def test_a_server_that_ignores_the_forced_submit_tool_is_named_in_the_error(
+    server: LoopbackServer,
+) -> None:
+    # An Anthropic-compatible server answering in text although tool_choice forced a tool:
+    # structured output on a model without native support cannot work there.
+    from openprogram_yaml import LLMError, Runtime
+
+    server.add(*[json_reply(fixture_json("anthropic_message_text.json"))] * 3)
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+
+    async def go() -> LLMError:
+        anthropic = runtime_for(server)
+        rt = Runtime(model="anthropic:claude-3-5-haiku-latest", runtimes=anthropic)
+        try:
+            await rt.async_exec("hi", response_format=schema)
+        except LLMError as exc:
+            return exc
+        finally:
+            await anthropic.aclose()
+        raise AssertionError("the run did not fail")
+
+    message = str(run(go()))
+    assert "ignores tool_choice" in message and "submit_result" in message
+    assert "native_json_schema: true" in message and "fallback: prompt" in message
+    assert len(server.requests) == 1  # failed at once, not repaired in vain
+    assert server.requests[0].json["tool_choice"]["type"] == "tool"
+
+
 def test_temperature_is_left_out_for_models_that_refuse_it() -> None:
     runtime = AnthropicRuntime(api_key=KEY)
     for model, sent in [
