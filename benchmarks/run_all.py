@@ -19,8 +19,9 @@ SCRIPTS = {
     "startup.py": ["--runs", "5"],
     "per_call.py": ["--rounds", "2"],
     "concurrency.py": ["--rounds", "2"],
-    "compile.py": ["--runs", "1", "--edits", "3"],
-    "reload.py": ["--saves", "10"],
+    # A smoke run stays at 1,000 agents: writing and checking 10,000 takes about a minute.
+    "compile.py": ["--agents", "1000", "--runs", "1", "--edits", "3"],
+    "reload.py": ["--saves", "10", "--agents", "1000", "--scale-saves", "3"],
 }
 
 

@@ -223,6 +223,10 @@ def file_reads(paths: Iterable[Path | str], started_ns: int) -> tuple[tuple[File
     return tuple(out), settled
 
 
+#: How many compiles back a report is remembered: an agent kept longer unchecked (left
+#: out of the project meanwhile) has its reads checked when it comes back.
+_REPORTS_KEPT = 64
+
 _library_stamps: list[tuple[tuple[str, str], ...]] = []
 
 
@@ -254,6 +258,10 @@ class KeptAgent:
     agent: Agent
     files: frozenset[Path]
     reads: ReadSet
+    #: Every path ``reads`` names (files read, paths looked at), as the watcher reports them.
+    paths: frozenset[str] = frozenset()
+    #: The compile (``Build.compiles``) at which its reads last held.
+    held_at: int = 0
 
 
 @dataclass(slots=True)
@@ -269,6 +277,17 @@ class Build:
     #: repositories repeat texts (a shared prompt file, one inline prompt in many agents).
     analyses: dict[str, Analysis] = field(default_factory=dict)
     agents: dict[Path, KeptAgent] = field(default_factory=dict)
+    #: One ``Path`` for each path text seen: making 10,000 anew costs 50 ms a compile, and
+    #: sets of them compare by identity first.
+    paths: dict[str, Path] = field(default_factory=dict)
+    #: Compiles begun with this build.
+    compiles: int = 0
+    #: For recent compiles: the paths a watcher reported changed just before it, or None
+    #: when nobody said (every read was checked then).
+    _reports: dict[int, frozenset[str] | None] = field(default_factory=dict, init=False)
+    _reported: frozenset[str] | None = field(default=None, init=False)
+    #: Within one compile: the paths reported changed since a given compile.
+    _since: dict[int, frozenset[str] | None] = field(default_factory=dict, init=False)
 
     @property
     def env(self) -> Mapping[str, str]:
@@ -288,12 +307,62 @@ class Build:
             )
         return engine
 
+    def path(self, text: str) -> Path:
+        """The ``Path`` of ``text``, made once."""
+        found = self.paths.get(text)
+        if found is None:
+            found = self.paths[text] = Path(text)
+        return found
+
+    def report_changes(self, paths: Iterable[Path | str]) -> None:
+        """What a watcher saw change since the last compile: the next compile checks the
+        reads of the agents that read one of these paths, and takes the others as they are.
+
+        Whoever reports must report every change the compile is to see (the runner's
+        reload reports each batch of its watcher, which watches every file read; its first
+        compile, and the one after the watcher starts, report nothing and check all). A
+        compile given no report checks every read.
+        """
+        # Reports add up until a compile begins (one may fail before it does).
+        self._reported = (self._reported or frozenset()) | frozenset(map(str, paths))
+
+    def begin(self) -> None:
+        """Start a compile: it uses the report made since the last one, if any."""
+        self.compiles += 1
+        self._reports[self.compiles] = self._reported
+        self._reports.pop(self.compiles - _REPORTS_KEPT, None)
+        self._reported = None
+        self._since.clear()
+
+    def _changed_since(self, compile: int) -> frozenset[str] | None:
+        """Every path reported changed after compile ``compile``; None if a compile since
+        had no report (or is too old to remember)."""
+        if compile not in self._since:
+            found: set[str] = set()
+            for n in range(compile + 1, self.compiles + 1):
+                report = self._reports.get(n)
+                if report is None:
+                    self._since[compile] = None
+                    break
+                found |= report
+            else:
+                self._since[compile] = frozenset(found)
+        return self._since[compile]
+
     def kept(self, path: Path, context: str, checked: Checked) -> KeptAgent | None:
         """The agent compiled from ``path`` last time, if nothing it read has changed."""
         kept = self.agents.get(path)
         if kept is None or kept.context != context:
             return None
-        if kept.reads.changed(self.env, checked) is not None:
+        reported = self._changed_since(kept.held_at)
+        if reported is not None and kept.paths.isdisjoint(reported):
+            # The watcher saw none of its files change; the environment is not watched.
+            env = self.env
+            changed = any(env_digest(env.get(name)) != value for name, value in kept.reads.env)
+        else:
+            changed = kept.reads.changed(self.env, checked) is not None
+        if changed:
             del self.agents[path]
             return None
+        kept.held_at = self.compiles
         return kept

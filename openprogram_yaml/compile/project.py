@@ -52,9 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["compile_agent_files", "compile_path", "load_project"]
 
 
-def load_project(
-    root: Path, col: Collector, environ: Mapping[str, str] | None = None
-) -> tuple[ProjectContext, list[Path]]:
+def load_project(root: Path, col: Collector, build: Build) -> tuple[ProjectContext, list[Path]]:
     """The project settings in ``root/openprogram.yaml`` and the agent files it names."""
     from ..runtimes.rules import ProviderConfig, RuntimeRule
 
@@ -62,7 +60,7 @@ def load_project(
     col.files.add(path)
     try:
         spec, source, secrets, env_names = load_document(
-            path, ProjectSpec, display=str(display_path(path)), environ=environ
+            path, ProjectSpec, display=str(display_path(path)), environ=build.environ
         )
     except ConfigError as exc:
         col.diagnostics.extend(exc.diagnostics)
@@ -96,7 +94,7 @@ def load_project(
             inside = str(root).rstrip(os.sep) + os.sep
             for m in matched:
                 if m.startswith(inside):
-                    found[Path(m)] = None
+                    found[build.path(m)] = None
                 else:  # through a symlink
                     col.at(source, (key, i), f"'{pattern}' matches {m}, outside the project")
         return found
@@ -132,9 +130,7 @@ def load_project(
         secrets=frozenset(secrets),
         test_files=tuple(test_files),
         recordings=recordings,
-        env=tuple(
-            (n, (os.environ if environ is None else environ).get(n)) for n in sorted(env_names)
-        ),
+        env=tuple((n, build.env.get(n)) for n in sorted(env_names)),
         globs=tuple(globs),
         python_packages=_python_packages(spec, source, col),
     )
@@ -260,6 +256,7 @@ def compile_agent_files(
 def _compile_agents(
     resolved: list[Path], ctx: ProjectContext, col: Collector, build: Build, started_ns: int
 ) -> Program:
+    build.begin()
     env = build.env
     ctx_key = _context_key(ctx)
     checked = Checked()
@@ -302,7 +299,13 @@ def _compile_agents(
             reads.append(own)
             if settled:  # else compiled again next time: it may have changed unseen
                 build.agents[path] = KeptAgent(
-                    ctx_key, doc, agent, frozenset({path, *agent_col.files}), own
+                    ctx_key,
+                    doc,
+                    agent,
+                    frozenset(build.path(str(f)) for f in {path, *agent_col.files}),
+                    own,
+                    frozenset([*(read[0] for read in files), *agent_col.lookups]),
+                    build.compiles,
                 )
         if agent.name in agents:
             col.at(
@@ -450,7 +453,7 @@ def _compile_project(
     col: Collector | None = None,
 ) -> Program:
     col = col or Collector()
-    ctx, agent_files = load_project(root, col, build.environ)
+    ctx, agent_files = load_project(root, col, build)
     if extra is not None and extra not in set(agent_files):
         agent_files.append(extra)
     if not agent_files and not col.diagnostics:

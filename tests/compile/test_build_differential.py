@@ -3,9 +3,10 @@
 Seeded random edits to a small repository (agent files added, removed and changed, templates
 changed, an include appearing in an earlier template folder, project files appearing in
 parent folders, environment variables set and unset); after each, the same path is compiled
-three ways: with a fresh build, with one build kept across every step (as the reload keeps
-it), and through the compile cache on disk. All three give the same problems, or programs
-with the same fingerprint.
+four ways: with a fresh build, with one build kept across every step (as the reload keeps
+it), with one kept and told which paths each step wrote (as the reload's watcher tells it),
+and through the compile cache on disk. All give the same problems, or programs with the
+same fingerprint.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class Repo:
         self.root = top / "a" / "proj"
         self.rng = rng
         self.clock = time.time() - 3600.0
+        #: Paths written or removed since the last ``take_touched`` (what a watcher sees).
+        self.touched: set[Path] = set()
         for folder in ("agents", "t1", "t2", "schemas"):
             (self.root / folder).mkdir(parents=True)
         self.write(self.root / "t2" / "part.j2", PARTS[0])
@@ -64,13 +67,19 @@ class Repo:
     def agent(self, i: int) -> Path:
         return self.root / "agents" / f"agent_{i}.yaml"
 
+    def take_touched(self) -> set[Path]:
+        touched, self.touched = self.touched, set()
+        return touched
+
     def write(self, path: Path, text: str) -> None:
+        self.touched.add(path)
         path.write_text(text)
         self.clock += 1.0  # a later stamp than any before: the edit is seen by its stamp
         os.utime(path, (self.clock, self.clock))
 
     def remove(self, path: Path) -> None:
         if path.exists():
+            self.touched.add(path)
             path.unlink()
 
     def edit(self, monkeypatch: pytest.MonkeyPatch) -> str:
@@ -138,12 +147,15 @@ def test_a_kept_build_and_the_compile_cache_agree_with_a_fresh_compile(
         repo = Repo(tmp_path / f"repo{seed}", random.Random(seed))
         target = repo.agent(0)
         kept = Build()
+        told = Build()
         for step in range(50):
             done = repo.edit(monkeypatch)
             fresh = outcome(compile_path, target)  # a build of its own
             seen.add(fresh[0])  # type: ignore[index]
             where = (seed, step, done)
             assert outcome(functools.partial(compile_path, build=kept), target) == fresh, where
+            told.report_changes(repo.take_touched())
+            assert outcome(functools.partial(compile_path, build=told), target) == fresh, where
             assert outcome(cache.compile_cached, target) == fresh, where
     assert seen == {"problems", "program"}  # both kinds of outcome were compared
 
@@ -159,3 +171,36 @@ def test_a_template_appearing_in_an_earlier_folder_recompiles_what_includes_it(
     with pytest.raises(ConfigError, match="nobody"):
         compile_path(repo.root, build=build)
     assert "nobody" not in str(first.agent("agent_2").method("greet").prompt.variables)
+
+
+def test_a_build_told_what_changed_checks_only_the_agents_that_read_it(tmp_path: Path) -> None:
+    repo = Repo(tmp_path / "repo", random.Random(0))
+    repo.write(repo.root / "openprogram.yaml", PROJECT)
+    build = Build()
+    compile_path(repo.root, build=build)
+    repo.write(repo.agent(1), agent_yaml("agent_1", PROMPTS[3], False))
+    repo.write(repo.agent(2), agent_yaml("agent_2", PROMPTS[1], False))
+    # Told of one edit only, the build trusts the report: the other agent is kept unread.
+    build.report_changes([repo.agent(2)])
+    program = compile_path(repo.root, build=build)
+    assert program.agent("agent_2").method("greet").prompt.variables == {"who", "greeting"}
+    assert program.agent("agent_1").method("greet").prompt.variables == {"who", "greeting"}
+    # A compile nobody reports to checks every read.
+    with pytest.raises(ConfigError, match="whom"):
+        compile_path(repo.root, build=build)
+
+
+def test_reports_add_up_across_a_compile_that_failed_before_its_agents(tmp_path: Path) -> None:
+    repo = Repo(tmp_path / "repo", random.Random(0))
+    repo.write(repo.root / "openprogram.yaml", PROJECT)
+    build = Build()
+    compile_path(repo.root, build=build)
+    repo.write(repo.agent(1), agent_yaml("agent_1", PROMPTS[0], False))
+    build.report_changes([repo.agent(1)])
+    repo.write(repo.root / "openprogram.yaml", BROKEN_PROJECT)
+    with pytest.raises(ConfigError, match="agnets"):
+        compile_path(repo.root, build=build)
+    repo.write(repo.root / "openprogram.yaml", PROJECT)
+    build.report_changes([repo.root / "openprogram.yaml"])
+    program = compile_path(repo.root, build=build)
+    assert program.agent("agent_1").method("greet").prompt.variables == {"who"}
