@@ -172,7 +172,7 @@ class ProgramHolder:
 
     def _compile_and_stamp(self, changed: Collection[Path] = ()) -> Program:
         with self._compile_lock:
-            if changed:
+            if changed and self._compile == self._compile_with_build:
                 # What the watcher saw change: agents that read none of it are taken as
                 # they are without a stat each (at 10,000 agents, most of a reload).
                 self.build.report_changes(changed)
