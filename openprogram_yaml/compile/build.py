@@ -12,7 +12,9 @@ engines (with the template files and analyses they keep) and the agents compiled
 time, each with the read-set of what that agent alone depends on. An agent whose
 read-set still holds is taken as it is; a save renaming one file over another changes a
 folder's listing, which only the project's patterns depend on, so one saved file
-recompiles the agents that read it and no other.
+recompiles the agents that read it and no other. A watcher may tell the build which paths
+changed (``Build.report_changes``); the next compile then checks the reads of only the
+agents that read one of them.
 """
 
 from __future__ import annotations
