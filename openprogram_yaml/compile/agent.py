@@ -34,8 +34,9 @@ from .program import (
     RetryPolicy,
     prompt_version,
 )
+from .rendering import CompiledTemplate
 from .schemas import envelope_problems, split_envelope
-from .templates import CompiledTemplate, TemplateEngine
+from .templates import TemplateEngine
 from .tools import build_tools
 from .toolsets import check_tool_selection, compile_toolsets
 

@@ -16,7 +16,8 @@ from ..spec.yamlread import Loc, SourceMap
 if TYPE_CHECKING:
     from ..runtimes.rules import ProviderConfig, RuntimeRule
     from ..spec.models import ToolsetSpec
-    from .templates import CompiledTemplate, TemplateEngine
+    from .rendering import CompiledTemplate
+    from .templates import TemplateEngine
 
 __all__ = ["Collector", "ProjectContext"]
 

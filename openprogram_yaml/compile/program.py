@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..runtime import ToolsetPreset
     from ..runtimes.rules import ProviderConfig, RuntimeRule
     from .prompt_tests import CompiledTest
-    from .templates import CompiledTemplate
+    from .rendering import CompiledTemplate
 
 __all__ = [
     "Agent",

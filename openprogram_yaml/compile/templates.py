@@ -44,7 +44,7 @@ from openprogram_yaml.compile._template_text import (
     syntax_error_position,
 )
 from openprogram_yaml.compile.paths import display_path, entry_kind
-from openprogram_yaml.compile.rendering import CompiledTemplate, TemplateRenderError
+from openprogram_yaml.compile.rendering import CompiledTemplate
 from openprogram_yaml.errors import ConfigError, Diagnostic
 from openprogram_yaml.spec.positions import TextOrigin
 from openprogram_yaml.spec.textfile import UnreadableFile, read_text
@@ -52,7 +52,7 @@ from openprogram_yaml.spec.textfile import UnreadableFile, read_text
 if TYPE_CHECKING:
     from openprogram_yaml.compile import _jinja, _jinja_analysis
 
-__all__ = ["CompiledTemplate", "TemplateEngine", "TemplateRenderError"]
+__all__ = ["TemplateEngine"]
 
 
 @dataclass(frozen=True, slots=True)

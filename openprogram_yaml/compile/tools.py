@@ -16,7 +16,8 @@ from ..spec.models import AgentToolSpec, HttpToolSpec
 from ..spec.yamlread import Loc
 from .context import Collector, ProjectContext
 from .paths import resolve_inside
-from .templates import CompiledTemplate, TemplateEngine
+from .rendering import CompiledTemplate
+from .templates import TemplateEngine
 from .url_templates import UrlTemplate
 
 if TYPE_CHECKING:

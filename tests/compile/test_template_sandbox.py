@@ -6,11 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from openprogram_yaml.compile.templates import (
-    CompiledTemplate,
-    TemplateEngine,
-    TemplateRenderError,
-)
+from openprogram_yaml.compile.rendering import CompiledTemplate, TemplateRenderError
+from openprogram_yaml.compile.templates import TemplateEngine
 from openprogram_yaml.errors import ConfigError
 from openprogram_yaml.spec.positions import TextOrigin
 

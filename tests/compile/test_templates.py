@@ -7,11 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from openprogram_yaml.compile.templates import (
-    CompiledTemplate,
-    TemplateEngine,
-    TemplateRenderError,
-)
+from openprogram_yaml.compile.rendering import CompiledTemplate, TemplateRenderError
+from openprogram_yaml.compile.templates import TemplateEngine
 from openprogram_yaml.errors import ConfigError, Diagnostic
 from openprogram_yaml.spec.positions import TextOrigin
 

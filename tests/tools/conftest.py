@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from loopback import LoopbackServer
 
-from openprogram_yaml.compile.templates import CompiledTemplate, TemplateEngine
+from openprogram_yaml.compile.rendering import CompiledTemplate
+from openprogram_yaml.compile.templates import TemplateEngine
 from openprogram_yaml.providers.test import ScriptedRuntime
 from openprogram_yaml.runtime import Runtime
 from openprogram_yaml.spec.positions import TextOrigin
