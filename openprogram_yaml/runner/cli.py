@@ -395,7 +395,7 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         description="Serve runs over HTTP on 127.0.0.1 while the agent's files change:\n"
         "  POST /run/AGENT/METHOD (inputs as a JSON object) → the run's record\n"
         "  GET /health, GET /version, GET /agents\n"
-        "  GET /questions; POST /questions/ID/answer ({\"answer\": ...}), /questions/ID/decline",
+        '  GET /questions; POST /questions/ID/answer ({"answer": ...}), /questions/ID/decline',
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", metavar="PATH", help="an agent file, or a project folder")
