@@ -87,8 +87,33 @@ def _build_loader_class() -> Any:
     # libyaml's parser keeps the same marks and is about 12x faster than the pure-Python one.
     base = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 
+    scalar, sequence = yaml.ScalarNode, yaml.SequenceNode
+    # The tag of each plain scalar met so far: a repository repeats the same keys and values
+    # in every file, and resolving one tries up to ten regular expressions. Short ones only.
+    resolved: dict[str, str] = {}
+
     class CoreSchemaLoader(base):  # type: ignore[misc,valid-type]
         """A safe loader with YAML 1.2 core-schema booleans and no implicit timestamps."""
+
+        # No path resolvers are ever added, so the parser's calls for each node need not
+        # look for them.
+        def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+            return None
+
+        def ascend_resolver(self) -> None:
+            return None
+
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+            if kind is scalar:
+                if not implicit[0]:
+                    return _STR
+                tag = resolved.get(value)
+                if tag is None:
+                    tag = super().resolve(kind, value, implicit)
+                    if len(value) <= 64 and len(resolved) < 10_000:
+                        resolved[value] = tag
+                return tag
+            return _SEQ if kind is sequence else _MAP
 
     resolvers: dict[str, list[Any]] = {}
     for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items():
@@ -121,24 +146,35 @@ def _pos(path: str, mark: Any) -> Position:
 
 
 _STR = "tag:yaml.org,2002:str"
+_SEQ = "tag:yaml.org,2002:seq"
+_MAP = "tag:yaml.org,2002:map"
+_MERGE = "tag:yaml.org,2002:merge"
 
 
 class _Converter:
     def __init__(self, path: str, text: str, loader: Any) -> None:
+        import yaml
+
         self.source = SourceMap(path, text)
         self.loader = loader
         self.diagnostics: list[Diagnostic] = []
         self.expanded = 0
         # Lists and mappings met so far, by id: one met twice came through an alias.
         self.collections: set[int] = set()
+        # The lists and mappings being converted, outermost first (an alias to one is a
+        # cycle); a set kept as a stack, not a frozenset copied at every level.
+        self.active: set[int] = set()
         self.aliased = False
+        self.yaml_error = yaml.YAMLError
+        self.scalar = yaml.ScalarNode
+        self.sequence = yaml.SequenceNode
+        self.mapping = yaml.MappingNode
 
     def error(self, pos: Position, message: str) -> None:
         self.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
 
-    def convert(self, node: Any, loc: Loc, active: frozenset[int] = frozenset()) -> Any:
-        import yaml
-
+    def convert(self, node: Any, loc: Loc) -> Any:
+        # The hot path of every compile: one call per value of every file read.
         self.expanded += 1
         mark = node.start_mark
         if self.expanded > MAX_EXPANDED_NODES:
@@ -146,49 +182,56 @@ class _Converter:
         if len(loc) > MAX_DEPTH:
             message = f"the document nests too deeply (more than {MAX_DEPTH} levels)"
             raise _Stop(_pos(self.source.path, mark), message)
-        self.source.values.setdefault(loc, (mark.line + 1, mark.column + 1))
-        if isinstance(node, yaml.ScalarNode):
-            if node.tag == _STR:  # most values: no constructor needed
+        values = self.source.values
+        if loc not in values:
+            values[loc] = (mark.line + 1, mark.column + 1)
+        tag = node.tag
+        kind = type(node)
+        if kind is self.scalar or isinstance(node, self.scalar):
+            if tag == _STR:  # most values: no constructor needed
                 if node.style:
                     self.source.styles[loc] = node.style
                 return node.value
             try:
                 return self.loader.construct_object(node, deep=True)
-            except yaml.YAMLError as exc:
+            except self.yaml_error as exc:
                 pos = _pos(self.source.path, mark)
                 self.error(pos, f"invalid value: {getattr(exc, 'problem', exc)}")
                 return None
-        pos = _pos(self.source.path, mark)
-        if id(node) in active:
-            self.error(pos, "this alias refers to a node that contains it (a cycle)")
+        key = id(node)
+        if key in self.active:
+            message = "this alias refers to a node that contains it (a cycle)"
+            self.error(_pos(self.source.path, mark), message)
             return None
-        inner = active | {id(node)}
-        if id(node) in self.collections:
+        if key in self.collections:
             self.aliased = True
-        self.collections.add(id(node))
-        if node.tag not in ("tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"):
-            self.error(pos, f"unsupported YAML tag {node.tag!r}; write plain lists and mappings")
+        self.collections.add(key)
+        if tag != _SEQ and tag != _MAP:
+            message = f"unsupported YAML tag {tag!r}; write plain lists and mappings"
+            self.error(_pos(self.source.path, mark), message)
             return None
-        if isinstance(node, yaml.SequenceNode):
-            return [self.convert(item, (*loc, i), inner) for i, item in enumerate(node.value)]
-        if isinstance(node, yaml.MappingNode):
-            return self._mapping(node, loc, inner)
-        self.error(pos, f"unsupported YAML node {type(node).__name__}")
+        self.active.add(key)
+        try:
+            if kind is self.sequence or isinstance(node, self.sequence):
+                convert = self.convert
+                return [convert(item, (*loc, i)) for i, item in enumerate(node.value)]
+            if kind is self.mapping or isinstance(node, self.mapping):
+                return self._mapping(node, loc)
+        finally:
+            self.active.discard(key)
+        self.error(_pos(self.source.path, mark), f"unsupported YAML node {kind.__name__}")
         return None
 
-    def _mapping(self, node: Any, loc: Loc, active: frozenset[int]) -> dict[str, Any]:
-        import yaml
-
+    def _mapping(self, node: Any, loc: Loc) -> dict[str, Any]:
         out: dict[str, Any] = {}
         keys = self.source.keys
+        scalar = self.scalar
         for key_node, value_node in node.value:
             mark = key_node.start_mark
-            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
-                key_node, yaml.ScalarNode
-            ):
+            if key_node.tag == _MERGE or not isinstance(key_node, scalar):
                 what = (
                     "merge keys ('<<') are not supported; repeat the keys instead"
-                    if key_node.tag == "tag:yaml.org,2002:merge"
+                    if key_node.tag == _MERGE
                     else "mapping keys must be plain strings"
                 )
                 self.error(_pos(self.source.path, mark), what)
@@ -202,7 +245,7 @@ class _Converter:
                 self.error(_pos(self.source.path, mark), message)
                 continue
             keys[here] = (mark.line + 1, mark.column + 1)
-            out[key] = self.convert(value_node, here, active)
+            out[key] = self.convert(value_node, here)
         return out
 
     def _too_large(self) -> str:
