@@ -617,7 +617,7 @@ async def _capped(chunks: AsyncIterator[bytes], limit: int) -> AsyncGenerator[by
 
 async def read_capped(response: Reply, limit: int) -> bytes:
     """The whole body, refused (``ReplyTooLarge``) once it passes ``limit`` bytes."""
-    length = {k.lower(): v for k, v in response.headers.items()}.get("content-length", "")
+    length = response.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise ReplyTooLarge(limit)
     parts = _capped(response.chunks(), limit)

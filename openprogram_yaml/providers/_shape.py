@@ -70,7 +70,13 @@ def obj(value: Any, path: str) -> Mapping[str, Any]:
 
 def obj_at(parent: Mapping[str, Any], key: str, where: str = "") -> Mapping[str, Any]:
     """The object at ``parent[key]``; empty when missing."""
-    return obj(parent.get(key), _path(where, key))
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        # The path only when it is reported: valid replies are read on every call.
+        raise MalformedReply(_path(where, key), "an object")
+    return value
 
 
 def list_at(parent: Mapping[str, Any], key: str, where: str = "") -> list[Any]:

@@ -86,6 +86,7 @@ class Reply(Protocol):
     """What a caller reads from a response, whichever client fetched it."""
 
     status: int
+    #: Case-insensitive, as both libraries give them.
     headers: Mapping[str, str]
 
     def chunks(self) -> AsyncIterator[bytes]:
