@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..runtimes.rules import ProviderConfig, RuntimeRule
     from ..spec.models import ToolsetSpec
     from .rendering import CompiledTemplate
+    from .schemas import SchemaFiles
     from .templates import TemplateEngine
 
 __all__ = ["Collector", "ProjectContext"]
@@ -33,6 +34,8 @@ class Collector:
         #: Secrets from the environment the texts being compiled may hold: no message shows
         #: one, and no template holding one has its code cached (see ``template``).
         self.secrets: frozenset[str] = frozenset()
+        #: Schema files already parsed in this compile, when the compile shares them.
+        self.schema_files: SchemaFiles | None = None
 
     def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
         pos = source.at(loc, key=key)
@@ -61,6 +64,7 @@ class Collector:
             search=ctx.schema_dirs,
             source=source,
             loc=loc,
+            shared=self.schema_files,
         )
         self.files.update(bundle.files)
         self.lookups.update(bundle.lookups)

@@ -45,6 +45,7 @@ from .paths import (
     resolve_inside,
 )
 from .program import Agent, Program
+from .schemas import SchemaFiles
 
 if TYPE_CHECKING:
     from .prompt_tests import CompiledTest
@@ -260,6 +261,7 @@ def _compile_agents(
     env = build.env
     ctx_key = _context_key(ctx)
     checked = Checked()
+    schema_files = SchemaFiles()
     agents: dict[str, Agent] = {}
     docs: dict[str, AgentDocument] = {}
     failed: dict[str, Path] = {}  # agents whose files have errors, by name
@@ -285,6 +287,7 @@ def _compile_agents(
                 failed[path.stem] = path  # unreadable: its file name is the best guess
                 continue
             agent_col = Collector()
+            agent_col.schema_files = schema_files
             compiled = compile_agent(doc, ctx, agent_col, build)
             col.diagnostics.extend(agent_col.diagnostics)
             col.files |= agent_col.files

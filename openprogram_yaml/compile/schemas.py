@@ -24,7 +24,7 @@ from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import MAX_DEPTH, Loc, SourceMap, load_yaml_text
 from .paths import entry_kind, resolve_inside
 
-__all__ = ["ENVELOPE_KEYS", "SchemaBundle", "bundle_schema", "split_envelope"]
+__all__ = ["ENVELOPE_KEYS", "SchemaBundle", "SchemaFiles", "bundle_schema", "split_envelope"]
 
 #: Keys of the structured-output envelope (anything else means a bare schema).
 ENVELOPE_KEYS = frozenset(
@@ -76,10 +76,22 @@ def envelope_problems(options: dict[str, Any]) -> list[tuple[str, str]]:
     return problems
 
 
+class SchemaFiles:
+    """Schema files parsed and checked during one compile, shared by the agents it compiles
+    (a repository's agents point at the same few files). Each agent's bundle still records
+    the file as read, and repeats the file's own problems."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[Path, tuple[Any, SourceMap | None, tuple[Diagnostic, ...]]] = {}
+
+
 class _Bundler:
-    def __init__(self, root: Path, search: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, root: Path, search: Sequence[Path] = (), shared: SchemaFiles | None = None
+    ) -> None:
         self.root = root
         self.search = tuple(search)
+        self.shared = shared if shared is not None else SchemaFiles()
         self.out = SchemaBundle(None)
         self.hoisted: dict[str, Any] = {}
         self._cache: dict[Path, Any] = {}
@@ -91,6 +103,13 @@ class _Bundler:
     def load(self, path: Path, pos: Position) -> tuple[Any, SourceMap | None]:
         if path in self._cache:
             return self._cache[path], None
+        shared = self.shared.loaded.get(path)
+        if shared is not None:
+            self.out.files.add(path)
+            self.out.diagnostics.extend(shared[2])
+            self._cache[path] = shared[0]
+            return shared[0], shared[1]
+        before = len(self.out.diagnostics)
         try:
             text = read_text(path)
         except UnreadableFile as exc:
@@ -129,6 +148,8 @@ class _Bundler:
         for sub, message in keyword_mistakes(data):
             self.error(source.at(sub, key=True) if source else Position(str(path), 1, 1), message)
         self._cache[path] = data
+        # Only a file that parsed is shared: the other messages name the referring place.
+        self.shared.loaded[path] = (data, source, tuple(self.out.diagnostics[before:]))
         return data, source
 
     def prefix(self, path: Path) -> str:
@@ -258,13 +279,15 @@ def bundle_schema(
     source: SourceMap,
     loc: Loc,
     search: Sequence[Path] = (),
+    shared: SchemaFiles | None = None,
 ) -> SchemaBundle:
     """Inline file references in ``schema`` and check it is a valid JSON Schema.
 
     A ``$ref`` is relative to the file naming it; one not found there is looked up in the
-    ``search`` folders (the project's schema folders).
+    ``search`` folders (the project's schema folders). ``shared`` holds the files already
+    parsed in this compile.
     """
-    bundler = _Bundler(root, search)
+    bundler = _Bundler(root, search, shared)
     for path, message in keyword_mistakes(schema):
         pos = source.at((*loc, *path), key=True)
         bundler.out.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))

@@ -192,3 +192,52 @@ def test_recompile_sees_a_new_file_that_shadows_a_schema(tmp_path: Path) -> None
     again = compile_path(repo)
     label = again.agents["desk"].methods["classify"].response_format
     assert label is not None and list(label["schema"]["properties"]) == ["mood"]
+
+
+def _two_agents_sharing_a_schema(root: Path, schema: str) -> None:
+    (root / "openprogram.yaml").write_text("version: 1\nname: t\nagents: [agents/*.yaml]\n")
+    (root / "agents").mkdir()
+    (root / "schemas").mkdir()
+    (root / "schemas" / "label.yaml").write_text(schema)
+    for name in ("a", "b"):
+        (root / "agents" / f"{name}.yaml").write_text(
+            f"version: 1\nname: {name}\nmodel: test\nmethods:\n  m:\n    prompt: hi\n"
+            "    response_schema: {$ref: ../schemas/label.yaml}\n"
+        )
+
+
+def test_a_schema_file_parsed_once_per_compile_is_still_each_agents_read(
+    tmp_path: Path,
+) -> None:
+    """One compile parses a shared schema file once; each agent still bundles it, records
+    it among its reads, and reports the file's own problems at their place."""
+    import os
+
+    from openprogram_yaml.compile.build import Build
+
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    _two_agents_sharing_a_schema(
+        good, "type: object\nproperties:\n  label: {type: string}\nrequired: [label]\n"
+    )
+    past = 1_700_000_000
+    for folder, _, names in os.walk(good):
+        for name in [*names, "."]:
+            os.utime(os.path.join(folder, name), (past, past))  # settled: the build keeps it
+    build = Build()
+    program = compile_path(good, build=build)
+    formats = [program.agents[n].methods["m"].response_format for n in ("a", "b")]
+    assert formats[0] is not None and formats[0] == formats[1]
+    assert formats[0]["schema"]["required"] == ["label"]
+    schema_file = (good / "schemas" / "label.yaml").resolve()
+    for name in ("a", "b"):
+        assert schema_file in build.agents[(good / "agents" / f"{name}.yaml").resolve()].files
+
+    _two_agents_sharing_a_schema(
+        bad, "type: object\nproperties:\n  label: {type: string}\nrequried: [x]\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        compile_path(bad)
+    places = [(Path(d.path).name, d.line, d.col) for d in info.value.diagnostics]
+    assert places == [("label.yaml", 4, 1), ("label.yaml", 4, 1)], places
