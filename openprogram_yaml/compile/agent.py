@@ -78,8 +78,9 @@ def _template(
         if target is None:
             col.at(source, file_loc, str(problem))
             return None
+        shown = str(display_path(target))
         try:
-            text = read_text(target, str(display_path(target)))
+            text = read_text(target, shown)
         except UnreadableFile as exc:
             if exc.inside:
                 col.files.add(target)
@@ -88,7 +89,7 @@ def _template(
                 col.at(source, file_loc, f"'{file_ref}': {exc.reason} ({target})")
             return None
         col.files.add(target)
-        origin = TextOrigin(str(display_path(target)), 1, 1, "file")
+        origin = TextOrigin(shown, 1, 1, "file")
     else:
         assert inline is not None
         origin = source.origin(loc)

@@ -96,10 +96,14 @@ def glob_problem(pattern: str, base_file: Path) -> str | None:
 
 def display_path(path: Path) -> Path:
     """A path as users see it: relative to the working directory when it is inside it."""
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
+    # Compared as strings: a check names thousands of files, and a Path for the working
+    # directory plus ``relative_to`` cost more than the rest of this. Both strings are
+    # normalised (a Path's str, getcwd), so a prefix ending at a separator is a parent.
+    text, cwd = str(path), os.getcwd()
+    if text == cwd:
+        return Path(".")
+    prefix = cwd if cwd.endswith(os.sep) else cwd + os.sep
+    return Path(text[len(prefix) :]) if text.startswith(prefix) else path
 
 
 def glob_file_names(root: Path | str, pattern: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""Project patterns: listing one folder gives what globbing it gives."""
+"""Project patterns: listing one folder gives what globbing it gives; paths as users see them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from openprogram_yaml.compile.paths import glob_file_names
+from openprogram_yaml.compile.paths import display_path, glob_file_names
 
 
 @pytest.mark.parametrize("pattern", ["agents/*.yaml", "agents/.*.yaml", "agents/a?.yaml", "*"])
@@ -26,3 +26,20 @@ def test_a_pattern_of_one_folder_matches_what_glob_matches(tmp_path: Path, patte
         if os.path.isfile(found)
     )
     assert glob_file_names(tmp_path, pattern) == expected
+
+
+def test_a_path_is_shown_relative_to_the_working_directory_only_when_inside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    cases = {
+        work / "agents" / "a.yaml": Path("agents/a.yaml"),
+        work: Path("."),
+        tmp_path / "workshop" / "a.yaml": tmp_path / "workshop" / "a.yaml",  # a prefix, no parent
+        tmp_path / "a.yaml": tmp_path / "a.yaml",
+        Path("agents/a.yaml"): Path("agents/a.yaml"),
+    }
+    for path, shown in cases.items():
+        assert display_path(path) == shown, path
