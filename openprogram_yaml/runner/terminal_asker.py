@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import Callable
 from typing import TextIO
 
@@ -18,6 +19,16 @@ from ..json_types import JSONValue
 from ..runtime.asking import Question, check_answer
 
 __all__ = ["TerminalAsker"]
+
+# What the model wrote (an ask_user question, a confirmation templated from a tool call's
+# arguments) must not drive the terminal: an escape sequence could rewrite the very line the
+# person approves. Control characters (but line breaks and tabs) and bidi overrides are
+# shown escaped.
+_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _shown(text: str) -> str:
+    return _UNSHOWN.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 class TerminalAsker:
@@ -66,11 +77,11 @@ class TerminalAsker:
         return picked if question.multi else picked[0]
 
     def _say(self, text: str) -> None:
-        self.out.write(text + "\n")
+        self.out.write(_shown(text) + "\n")
         self.out.flush()
 
     async def _text(self, prompt: str) -> str:
-        self.out.write(prompt)
+        self.out.write(_shown(prompt))
         self.out.flush()
         return (await self._line()).strip()
 
