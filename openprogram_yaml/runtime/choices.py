@@ -310,7 +310,7 @@ class ChoiceTerminal:
                     )
                 try:
                     args = json.loads(picks[0].arguments or "{}")
-                except ValueError as exc:
+                except (ValueError, RecursionError) as exc:
                     raise DecisionError(
                         "the pick's arguments are not JSON", kind="bad_args", issues=[str(exc)]
                     ) from None

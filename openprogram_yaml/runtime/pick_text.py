@@ -53,7 +53,7 @@ def _first_pick(text: str) -> JSONObject | None:
     for match in re.finditer(r"\{", text):
         try:
             value, _ = _DECODER.raw_decode(text, match.start())
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the decoder's depth: not a pick
             continue
         if isinstance(value, dict) and call_name(value) is not None:
             return value

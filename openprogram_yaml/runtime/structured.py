@@ -238,6 +238,12 @@ def parse_json_strict(text: str) -> JSONValue:
         raise StructuredOutputValidationError(
             "the reply is not valid JSON", code="invalid_json", issues=[f"$: {exc}"]
         ) from None
+    except RecursionError:
+        raise StructuredOutputValidationError(
+            "the reply is not valid JSON",
+            code="invalid_json",
+            issues=["$: nested deeper than the JSON decoder reads"],
+        ) from None
     return value
 
 

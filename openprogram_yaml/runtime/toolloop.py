@@ -142,7 +142,7 @@ class ToolRunner:
     def _key(call: ToolCall) -> tuple[str, str]:
         try:
             canonical = json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
-        except ValueError:
+        except (ValueError, RecursionError):
             canonical = call.arguments
         return call.name, canonical
 

@@ -389,3 +389,22 @@ def test_choices_and_response_format_do_not_mix(make: Any) -> None:
     with pytest.raises(UsageError, match="give that option a schema"):
         rt.exec("t", choices=CHOICES, response_format={"type": "object"})
     assert model.requests == []
+
+
+# --- a hostile reply ---------------------------------------------------------------------
+
+
+def test_a_deeply_nested_reply_is_no_pick_not_a_crash() -> None:
+    deep = '{"x": ' + "[" * 100_000
+    assert find_pick(deep) is None
+    assert find_pick(deep + ' then {"call": "escalate"}') == {"call": "escalate"}
+    assert find_pick("```json\n" + deep + '\n```\n{"call": "answer"}') == {"call": "answer"}
+
+
+def test_deeply_nested_pick_arguments_are_bad_args(make: Any) -> None:
+    deep = "[" * 100_000
+    rt, model = make([Reply.call("choose_refund", deep)] * 2, caps=TOOLS)
+    with pytest.raises(DecisionError) as info:
+        rt.exec("t", choices=CHOICES)
+    assert info.value.kind == "bad_args"
+    assert len(model.requests) == 2

@@ -491,3 +491,12 @@ def test_a_recursive_schema_through_properties_is_fine(make: Any) -> None:
     value = {"children": [{"children": []}]}
     rt, _ = make([Reply.json(value)], caps=NATIVE)
     assert rt.exec("x", response_format=tree) == value
+
+
+def test_a_reply_nested_past_the_decoders_depth_is_invalid_json_and_repaired(make: Any) -> None:
+    with pytest.raises(StructuredOutputValidationError) as info:
+        parse_json_strict("[" * 100_000)
+    assert info.value.code == "invalid_json"
+    rt, model = make([Reply.text("[" * 100_000), Reply.json(GOOD)], caps=NATIVE)
+    assert rt.exec("x", response_format=SCHEMA) == GOOD
+    assert len(model.requests) == 2

@@ -234,3 +234,9 @@ def test_user_tools_cannot_take_the_hidden_submit_name(make: Any) -> None:
     clash = {"spec": {"name": "submit_result"}, "execute": lambda: None}
     with pytest.raises(StructuredOutputUnsupportedError, match="reserves"):
         rt.exec("x", tools=[clash], response_format={"type": "object"})
+
+
+def test_arguments_nested_past_the_decoders_depth_are_an_error_result(make: Any) -> None:
+    rt, model = make([Reply.call("add", "[" * 100_000), "sorry"])
+    assert rt.exec("add", tools=[ADD]) == "sorry"
+    assert model.requests[1].messages[-1].is_error
