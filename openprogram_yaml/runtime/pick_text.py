@@ -49,14 +49,29 @@ def call_name(pick: JSONObject) -> tuple[str, JSONValue] | None:
     return None
 
 
+#: How much failed decoding one search may do, in characters per character of the text
+#: (plus a floor). A reply of many unclosed objects (``{"a":[1,1,...`` again and again) makes
+#: every ``{`` decode to the far end before failing: quadratic, minutes of CPU for a reply
+#: under the size cap. An ordinary reply never comes near the budget.
+_SCAN_BUDGET_PER_CHAR = 4
+_SCAN_BUDGET_FLOOR = 1 << 20
+
+
 def _first_pick(text: str) -> JSONObject | None:
+    budget = _SCAN_BUDGET_PER_CHAR * len(text) + _SCAN_BUDGET_FLOOR
     for match in re.finditer(r"\{", text):
+        start = match.start()
         try:
-            value, _ = _DECODER.raw_decode(text, match.start())
-        except (ValueError, RecursionError):  # nested past the decoder's depth: not a pick
-            continue
-        if isinstance(value, dict) and call_name(value) is not None:
-            return value
+            value, _ = _DECODER.raw_decode(text, start)
+        except json.JSONDecodeError as exc:
+            budget -= exc.pos - start
+        except RecursionError:  # nested past the decoder's depth: not a pick
+            budget -= 1000
+        else:
+            if isinstance(value, dict) and call_name(value) is not None:
+                return value
+        if budget < 0:
+            return None
     return None
 
 

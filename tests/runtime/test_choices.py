@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, Literal
 
 import pytest
@@ -399,6 +400,17 @@ def test_a_deeply_nested_reply_is_no_pick_not_a_crash() -> None:
     assert find_pick(deep) is None
     assert find_pick(deep + ' then {"call": "escalate"}') == {"call": "escalate"}
     assert find_pick("```json\n" + deep + '\n```\n{"call": "answer"}') == {"call": "answer"}
+
+
+def test_a_reply_of_many_unclosed_objects_is_searched_in_linear_time() -> None:
+    # Every "{" here decodes to the far end before failing: searched naively, 250 KB took
+    # 2.3 s of CPU and the 10 MiB a reply may hold would take hours. The search has a budget.
+    hostile = '{"a":[1,1,' * 25_000 + ' {"call": "x"}'
+    started = time.process_time()
+    assert find_pick(hostile) is None
+    assert time.process_time() - started < 1.0
+    # An ordinary reply with text and an example object before the pick is untouched.
+    assert find_pick('{"note": 1} ' * 1000 + '{"call": "answer"}') == {"call": "answer"}
 
 
 def test_deeply_nested_pick_arguments_are_bad_args(make: Any) -> None:
