@@ -76,10 +76,12 @@ def resolve_inside(base_file: Path, relative: str, root: Path) -> tuple[Path | N
         return None, f"'{relative}' is a URL; only files inside the project can be referenced"
     if os.path.isabs(relative):
         return None, f"'{relative}' is absolute; write it relative to {base_file.name}"
-    resolved = Path(os.path.realpath(os.path.join(base_file.parent, relative)))
-    if not resolved.is_relative_to(root):
+    resolved = os.path.realpath(os.path.join(base_file.parent, relative))
+    # As strings, as in display_path: realpath's result and a Path's str are normalised.
+    inside = str(root)
+    if resolved != inside and not resolved.startswith(inside.rstrip(os.sep) + os.sep):
         return None, f"'{relative}' leaves the project root {root}; keep files inside it"
-    return resolved, None
+    return Path(resolved), None
 
 
 def glob_problem(pattern: str, base_file: Path) -> str | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from openprogram_yaml.compile.paths import display_path, glob_file_names
+from openprogram_yaml.compile.paths import display_path, glob_file_names, resolve_inside
 
 
 @pytest.mark.parametrize("pattern", ["agents/*.yaml", "agents/.*.yaml", "agents/a?.yaml", "*"])
@@ -43,3 +43,15 @@ def test_a_path_is_shown_relative_to_the_working_directory_only_when_inside_it(
     }
     for path, shown in cases.items():
         assert display_path(path) == shown, path
+
+
+def test_a_reference_is_inside_the_root_only_below_it_not_beside_it(tmp_path: Path) -> None:
+    root = tmp_path.resolve() / "proj"  # resolve_inside compares real paths
+    (root / "templates").mkdir(parents=True)
+    (tmp_path / "project").mkdir()  # shares the root's name as a prefix
+    agent = root / "agent.yaml"
+    assert resolve_inside(agent, "templates/a.md", root) == (root / "templates" / "a.md", None)
+    assert resolve_inside(agent, "templates/..", root) == (root, None)
+    for outside in ("../project/a.md", "../a.md"):
+        target, problem = resolve_inside(agent, outside, root)
+        assert target is None and problem is not None and "leaves the project root" in problem
