@@ -52,6 +52,12 @@ def expand_env(
 ) -> EnvExpansion:
     """Expand env references in every string of ``data`` (keys are left alone)."""
     env = os.environ if environ is None else environ
+    text = source.text
+    if text and "${" not in text and "\\" not in text:
+        # Nothing to expand, nor to refuse: every string is the file's text or an unescaped
+        # piece of it (folding joins lines with a space), and only a double-quoted escape
+        # could spell "${" where the text does not. Most files of a repository skip the walk.
+        return EnvExpansion(data)
     result = EnvExpansion(None)
     result.data = _walk(data, (), source, env, result)
     return result

@@ -80,3 +80,18 @@ def test_bare_dollar_brace_is_refused_with_the_fix() -> None:
     [diag] = out.diagnostics
     assert (diag.line, diag.col) == (2, 6)
     assert "write '${env:OPENAI_KEY}'" in diag.message and "'$${OPENAI_KEY}'" in diag.message
+
+
+def test_env_references_spelled_with_escapes_are_expanded_too() -> None:
+    # The text holds no "${": the double-quoted escapes spell it.
+    doc = load('a: "\\x24{env:HOME}"\nb: "\\u0024{env:HOME}"\nc: plain\n')
+    out = expand_env(doc.data, doc.source, {"HOME": "/home/me"})
+    assert out.data == {"a": "/home/me", "b": "/home/me", "c": "plain"}
+    assert out.names == {"HOME"}
+
+
+def test_a_file_without_references_is_left_as_read() -> None:
+    doc = load("a: plain $ text {x}\nb: [1, '$', {c: '{'}]\n")
+    out = expand_env(doc.data, doc.source, {})
+    assert out.data == {"a": "plain $ text {x}", "b": [1, "$", {"c": "{"}]}
+    assert not out.diagnostics and not out.names and not out.secrets
