@@ -49,39 +49,41 @@ def call_name(pick: JSONObject) -> tuple[str, JSONValue] | None:
     return None
 
 
-#: How much failed decoding one search may do, in characters per character of the text
-#: (plus a floor). A reply of many unclosed objects (``{"a":[1,1,...`` again and again) makes
-#: every ``{`` decode to the far end before failing: quadratic, minutes of CPU for a reply
-#: under the size cap. An ordinary reply never comes near the budget.
+#: How much failed decoding one search may do, in characters per character of the reply
+#: (plus a floor), shared by the fenced blocks and the bare text. A reply of many unclosed
+#: objects (``{"a":[1,1,...`` again and again) makes every ``{`` decode to the far end before
+#: failing: quadratic, minutes of CPU for a reply under the size cap; so would many fenced
+#: blocks of them, each under its own budget. An ordinary reply never comes near the budget.
 _SCAN_BUDGET_PER_CHAR = 4
 _SCAN_BUDGET_FLOOR = 1 << 20
 
 
-def _first_pick(text: str) -> JSONObject | None:
-    budget = _SCAN_BUDGET_PER_CHAR * len(text) + _SCAN_BUDGET_FLOOR
+def _first_pick(text: str, budget: list[int]) -> JSONObject | None:
+    """The first pick in ``text``, spending ``budget[0]`` on failed decoding."""
     for match in re.finditer(r"\{", text):
+        if budget[0] < 0:
+            return None
         start = match.start()
         try:
             value, _ = _DECODER.raw_decode(text, start)
         except json.JSONDecodeError as exc:
-            budget -= exc.pos - start
+            budget[0] -= exc.pos - start
         except RecursionError:  # nested past the decoder's depth: not a pick
-            budget -= 1000
+            budget[0] -= 1000
         else:
             if isinstance(value, dict) and call_name(value) is not None:
                 return value
-        if budget < 0:
-            return None
     return None
 
 
 def find_pick(text: str) -> JSONObject | None:
     """The pick in a reply: the first fenced block's, else the first bare one."""
+    budget = [_SCAN_BUDGET_PER_CHAR * len(text) + _SCAN_BUDGET_FLOOR]
     for block in _FENCE.finditer(text):
-        pick = _first_pick(block.group(1))
+        pick = _first_pick(block.group(1), budget)
         if pick is not None:
             return pick
-    return _first_pick(text)
+    return _first_pick(text, budget)
 
 
 # --- the menu ---------------------------------------------------------------------------

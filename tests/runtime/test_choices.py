@@ -413,6 +413,18 @@ def test_a_reply_of_many_unclosed_objects_is_searched_in_linear_time() -> None:
     assert find_pick('{"note": 1} ' * 1000 + '{"call": "answer"}') == {"call": "answer"}
 
 
+def test_many_fenced_blocks_of_unclosed_objects_share_one_budget() -> None:
+    # Each block alone is under a per-block budget; 1 MiB of them took 5 s when every block
+    # had its own. The fenced blocks and the bare text share the search's budget.
+    block = "```json\n" + '{"a":' * 600 + "\n```\n"
+    started = time.process_time()
+    assert find_pick(block * ((1 << 20) // len(block))) is None
+    assert time.process_time() - started < 1.0
+    # A few broken fenced examples before the pick are well within it.
+    broken = '```json\n{"call": "x", "args": {\n```\n'
+    assert find_pick(broken * 3 + '```json\n{"call": "answer"}\n```') == {"call": "answer"}
+
+
 def test_deeply_nested_pick_arguments_are_bad_args(make: Any) -> None:
     deep = "[" * 100_000
     rt, model = make([Reply.call("choose_refund", deep)] * 2, caps=TOOLS)
