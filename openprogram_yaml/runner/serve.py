@@ -341,6 +341,11 @@ class HttpServer:
             return frozenset()
         return frozenset().union(*(run_secrets(a) for a in program.agents.values()))
 
+    def _redacted(self, out: JSONObject) -> JSONObject:
+        """``out`` with every agent's secrets shown as ``***`` (a question's text may hold one)."""
+        redacted: JSONObject = json.loads(redact(json.dumps(out, default=repr), self._secrets()))
+        return redacted
+
     # --- routes -------------------------------------------------------------------------
 
     async def _dispatch(self, request: _Request) -> tuple[int, JSONObject | str]:
@@ -372,7 +377,7 @@ class HttpServer:
         if not parts:
             if request.method != "GET":
                 return 405, {"error": "use GET /questions"}
-            return 200, question_list(board)
+            return 200, self._redacted(question_list(board))
         if len(parts) != 2 or parts[1] not in ("answer", "decline"):
             return 404, {"error": "use POST /questions/{id}/answer or /questions/{id}/decline"}
         if request.method != "POST":
@@ -446,9 +451,7 @@ class HttpServer:
                     for m in agent.methods.values()
                 },
             }
-        secrets = frozenset().union(*(run_secrets(a) for a in program.agents.values()))
-        redacted: JSONObject = json.loads(redact(json.dumps(out, default=repr), secrets))
-        return redacted
+        return self._redacted(out)
 
     async def _run(
         self, agent: str, method: str, request: _Request

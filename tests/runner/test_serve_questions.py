@@ -130,3 +130,26 @@ def test_answers_must_be_sent_as_json_from_the_servers_own_origin(agent: Path) -
         assert (await run).json()["status"] == "ok"
 
     _serve(agent, scenario)
+
+
+def test_a_question_holding_a_secret_is_listed_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JANITOR_TOKEN", "tok-s3cret-value-123")
+    (tmp_path / "janitor_tools.py").write_text(TOOLS)
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        AGENT.replace('"Remove {{ path }}?"', '"Remove {{ path }} as ${env:JANITOR_TOKEN}?"')
+    )
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        run = asyncio.ensure_future(client.post("/run/janitor/tidy", json={}))
+        listed = await _waiting(client, 2)
+        shown = (await client.get("/questions")).text
+        assert "tok-s3cret-value-123" not in shown
+        assert {q["prompt"] for q in listed if q["kind"] == "confirm"} == {"Remove test as ***?"}
+        for question in listed:
+            await client.post(f"/questions/{question['id']}/decline", json={})
+        assert "tok-s3cret-value-123" not in (await run).text
+
+    _serve(path, scenario)
