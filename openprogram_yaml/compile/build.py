@@ -65,7 +65,7 @@ class ReadSet:
     """Everything a compile read, as plain data (see the module docstring)."""
 
     files: tuple[FileRead, ...] = ()
-    #: Paths looked at, each with what was there (``stamps.entry_kind``; "" for nothing).
+    #: Paths looked at, each with what was there (``paths.entry_kind``; "" for nothing).
     lookups: tuple[tuple[str, str], ...] = ()
     #: ``(root, pattern, files matched)`` for each project pattern globbed.
     globs: tuple[tuple[str, str, tuple[str, ...]], ...] = ()

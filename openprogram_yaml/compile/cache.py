@@ -14,7 +14,7 @@ its contents. The key names this package's own code, the Python version, the wor
 directory (messages show paths relative to it), and ``PATH`` and ``PYTHONPATH`` (command
 and python tools are found through them).
 
-A file that changed while it was being compiled (modified less than ``stamps.RACY_NS``
+A file that changed while it was being compiled (modified less than ``build.RACY_NS``
 before the compile began, or after) is not trusted, and the program is not kept.
 
 Where: ``$OPENPROGRAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/openprogram-yaml``, else

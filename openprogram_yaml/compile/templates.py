@@ -196,7 +196,7 @@ class TemplateEngine:
         declares them in messages (``template reads 'x', which the method does not declare``).
         ``cache_code=False`` keeps the code Jinja generates for it out of the template code
         cache (for a source holding a secret). ``lookups`` receives every path looked at
-        while resolving template names, with what was there (``stamps.entry_kind``).
+        while resolving template names, with what was there (``paths.entry_kind``).
         """
 
         template_name = name or str(origin.start)
