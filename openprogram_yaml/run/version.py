@@ -48,12 +48,13 @@ class _GitInfo:
 def _git(args: list[str], cwd: Path) -> str | None:
     try:
         proc = subprocess.run(
-            ["git", *args],
+            # A checkout's config may name a command for git to run (core.fsmonitor runs on
+            # status): a prompt repository's commands, hooks or pagers have no business here.
+            ["git", "-c", "core.fsmonitor=false", *args],
             cwd=cwd,
             capture_output=True,
             text=True,
             timeout=10,
-            # A prompt repository's hooks or pagers have no business running here.
             env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_PAGER": "cat"},
         )
     except (OSError, subprocess.SubprocessError):

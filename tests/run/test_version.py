@@ -55,3 +55,20 @@ def test_version_names_the_commit_and_whether_files_differ(tmp_path: Path) -> No
     after_commit = stamper.stamp(edited)  # same content, new commit: noticed, not cached
     assert after_commit.hash == edited.version
     assert after_commit.dirty is False and after_commit.commit != head
+
+
+def test_a_checkouts_fsmonitor_command_is_not_run(tmp_path: Path) -> None:
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "say.j2").write_text("v {{ x }}")
+    (tmp_path / "echo.yaml").write_text(AGENT)
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "prompts")
+    ran = tmp_path.parent / "fsmonitor-ran"
+    hook = tmp_path.parent / "fsmonitor.sh"
+    hook.write_text(f"#!/bin/sh\ntouch '{ran}'\n")
+    hook.chmod(0o755)
+    _git(tmp_path, "config", "core.fsmonitor", str(hook))
+    stamp = GitStamper().stamp(compile_path(tmp_path / "echo.yaml"))
+    assert stamp.commit is not None and stamp.dirty is False
+    assert not ran.exists()
