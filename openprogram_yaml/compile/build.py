@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,8 +192,13 @@ def _same_file(read: FileRead) -> bool:
 
 
 def file_digest(path: str) -> str:
+    """The sha256 of a regular file's contents; "" for anything else (as ``read_text``, a
+    FIFO put where a file was must not block the check: it is opened without waiting)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        with open(path, "rb") as stream:
+        with open(os.open(path, flags), "rb") as stream:
+            if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+                return ""
             return hashlib.sha256(stream.read()).hexdigest()
     except OSError:
         return ""

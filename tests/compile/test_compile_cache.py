@@ -323,3 +323,14 @@ def test_a_cache_folder_removed_under_a_running_process_does_not_fail_renders(
     assert program.agent("greeter").method("greet").render({"who": "Ada"})[-1]["text"] == (
         "Hi Ada\n"
     )
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_put_where_an_empty_file_was_is_a_change_and_never_blocks(agent: Path) -> None:
+    prompt = agent.parent / "prompts" / "greet.j2"
+    prompt.write_text("")
+    settle(agent.parent)
+    compiled(agent)
+    prompt.unlink()
+    os.mkfifo(prompt)  # the same size, 0, and nobody ever writes to it: reading it would block
+    assert cache.load(agent) is None
