@@ -249,7 +249,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
                 wrap_selector=wrap,
                 live_tools=args.live_tools,
                 on_retry=None if args.quiet else _RetryLine(status, secrets),
-                asker=_terminal_asker(status),
+                asker=_terminal_asker(status, secrets),
                 approve_all=args.yes,
             )
         )
@@ -271,13 +271,15 @@ def _cmd_run(argv: Sequence[str]) -> int:
     return code or (0 if kept else 1)
 
 
-def _terminal_asker(status: _Status) -> TerminalAsker | None:
-    """The terminal to ask the person on, when stdin and stdout are one; else nobody."""
+def _terminal_asker(status: _Status, secrets: frozenset[str]) -> TerminalAsker | None:
+    """The terminal to ask the person on, when stdin and stdout are one; else nobody.
+    A question may hold a secret (a confirmation templated with one): it is shown redacted."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         return None
     from .terminal_asker import TerminalAsker
 
-    return TerminalAsker(sys.stdin.fileno(), sys.stdout, before=status.clear)
+    out = _RedactingStream(sys.stdout, secrets)
+    return TerminalAsker(sys.stdin.fileno(), out, before=status.clear)
 
 
 def _run_to_the_end(run: Coroutine[object, object, RunRecord]) -> tuple[RunRecord, int]:

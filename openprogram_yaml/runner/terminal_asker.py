@@ -12,11 +12,14 @@ import asyncio
 import os
 import re
 from collections.abc import Callable
-from typing import TextIO
+from typing import TYPE_CHECKING
 
 from ..errors import UserDeclined
 from ..json_types import JSONValue
 from ..runtime.asking import Question, check_answer
+
+if TYPE_CHECKING:
+    from .testing import Writer
 
 __all__ = ["TerminalAsker"]
 
@@ -35,7 +38,7 @@ class TerminalAsker:
     """Asks on the terminal: prompts on ``out``, answers read from the file descriptor
     ``fd``. ``before`` runs before each question (the CLI clears its status line)."""
 
-    def __init__(self, fd: int, out: TextIO, before: Callable[[], None] | None = None) -> None:
+    def __init__(self, fd: int, out: Writer, before: Callable[[], None] | None = None) -> None:
         self.fd = fd
         self.out = out
         self.before = before

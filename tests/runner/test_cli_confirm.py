@@ -183,3 +183,33 @@ def test_prompt_tests_script_the_persons_answers(project: Path, capsys) -> None:
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
     assert (project / "removed.log").read_text() == "test\n"  # only the approved call ran
+
+
+def test_a_question_holding_a_secret_is_shown_redacted_on_the_terminal(project: Path) -> None:
+    secret = "tok-s3cret-value-123"
+    (project / "agent.yaml").write_text(
+        AGENT.replace('"Archive {{ path }}?"', '"Archive {{ path }} as ${env:JANITOR_TOKEN}?"')
+    )
+    controller, terminal = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openprogram_yaml", "agent.yaml", "tidy"],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        cwd=project,
+        env={**os.environ, "JANITOR_TOKEN": secret},
+    )
+    os.close(terminal)
+    seen = bytearray()
+    shown = b""
+    try:
+        for _ in range(2):
+            shown += _read_until(controller, b"[y/N] ", seen)
+            os.write(controller, b"n\n")
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        os.close(controller)
+    assert proc.returncode == 0, err
+    assert b"Archive test as ***? [y/N]" in shown
+    assert secret.encode() not in shown + bytes(seen)
