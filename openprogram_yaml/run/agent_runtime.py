@@ -15,6 +15,7 @@ from .method import method_tool
 
 if TYPE_CHECKING:
     from ..compile.program import Agent
+    from ..json_types import JSONObject
     from ..runtime import SessionTrace
     from ..runtime.asking import Asker
     from ..runtime.retry import RetryInfo
@@ -40,12 +41,14 @@ async def open_runtime(
     tool_gate: ToolGate | None = None,
     on_retry: Callable[[RetryInfo], object] | None = None,
     asker: Asker | None = None,
+    on_event: Callable[[JSONObject], None] | None = None,
 ) -> AsyncIterator[Runtime]:
     """A ``Runtime`` set up from ``agent``'s model, retry policy and runtime rules.
 
     ``wrap_selector`` may put something between the runtime and the selector (recording
     every turn, or replaying recorded ones); what it returns is closed on exit.
     ``asker`` answers questions and confirmations (None: nobody is there).
+    ``on_event`` is told what happens as it happens (``run.events`` names the events).
     Closes the runtime and every provider client it opened on exit.
     """
     selector: RuntimeSelectorProtocol = selector_for(agent)
@@ -62,6 +65,7 @@ async def open_runtime(
         tool_gate=tool_gate,
         on_retry=on_retry,
         asker=asker,
+        on_stream=on_event,
     )
     if agent.ask_user:
         runtime.register_tools(ask_user_tool(runtime.asking))

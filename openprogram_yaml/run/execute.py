@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ..errors import OpenProgramError, UsageError
-from ..json_types import JSONValue
+from ..json_types import JSONObject, JSONValue
 from ..runtime.toolgate import ToolGate
 from .agent_runtime import open_runtime
 from .method import DEFAULT_MAX_STEPS, RunState, run_method
@@ -43,6 +43,7 @@ async def execute_run(
     on_retry: Callable[[RetryInfo], object] | None = None,
     asker: Asker | None = None,
     approve_all: bool = False,
+    on_event: Callable[[JSONObject], None] | None = None,
 ) -> RunRecord:
     """Run one method of ``program`` and describe the outcome; never raises for a failed run.
 
@@ -52,6 +53,8 @@ async def execute_run(
     replay). ``on_retry`` is told of every retry of a model call. ``asker`` puts questions
     and tool confirmations to the person (None: nobody is there, so a tool declared
     ``confirm`` is refused); ``approve_all`` (``--yes``) approves every confirmation.
+    ``on_event`` is told what happens while the run goes (``run.events``); it is never
+    told of the record, which the caller has.
 
     A cancelled run (shutdown after the grace period) ends as an ``interrupted`` record, so
     callers always get a record to write.
@@ -88,6 +91,7 @@ async def execute_run(
             tool_gate=gate,
             on_retry=on_retry,
             asker=asker,
+            on_event=on_event,
         ) as runtime:
             try:
                 if trace is None:

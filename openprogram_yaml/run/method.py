@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DecisionError, ToolError
 from ..json_types import JSONObject, JSONValue
 from ..runtime.context import current_method
+from .events import emit
 
 if TYPE_CHECKING:
     from ..compile.program import ChoiceOption, Method
@@ -61,6 +62,7 @@ async def run_method(
         state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS)
     step = state.enter(method.agent, method.name)
     step["prompt_version"] = method.prompt_version
+    emit(runtime.on_stream, {"type": "method", "agent": method.agent, "method": method.name})
     given = dict(inputs)
     values = method.prepare_inputs(inputs)
     token = current_method.set(f"{method.agent}.{method.name}")
@@ -133,11 +135,11 @@ def _choices(
         if option.method is not None:
             target = method.linked[option.method]
             schema = dict(option.schema or _continue_schema(target, values))
-            go = _continue_with(option.name, target, runtime, values, model, state, step)
+            go = _continue_with(option.name, target, runtime, values, model, state, step, method)
             out[option.name] = Choice(option.name, description, method=go, schema=schema)
         else:
             fields = dict(option.schema) if option.schema is not None else _NO_FIELDS
-            settle = _settle(option, step)
+            settle = _settle(option, step, method, runtime)
             out[option.name] = Choice(option.name, description, method=settle, schema=fields)
     return out
 
@@ -174,26 +176,41 @@ def _continue_with(
     model: str | None,
     state: RunState,
     step: JSONObject,
+    method: Method,
 ) -> Callable[..., Awaitable[JSONValue]]:
     async def go(**fields: JSONValue) -> JSONValue:
         step["choice"] = name
         if fields:
             step["fields"] = fields
+        _tell_pick(runtime, method, name, fields)
         carried = {k: v for k, v in values.items() if k in target.inputs}
         return await run_method(target, runtime, {**fields, **carried}, model=model, state=state)
 
     return go
 
 
-def _settle(option: ChoiceOption, step: JSONObject) -> Callable[..., JSONValue]:
+def _settle(
+    option: ChoiceOption, step: JSONObject, method: Method, runtime: Runtime
+) -> Callable[..., JSONValue]:
     def pick(**fields: JSONValue) -> JSONValue:
         step["choice"] = option.name
+        _tell_pick(runtime, method, option.name, fields)
         if option.schema is not None:
             step["fields"] = fields
             return {"decision": option.name, **fields}
         return option.value
 
     return pick
+
+
+def _tell_pick(
+    runtime: Runtime, method: Method, choice: str, fields: Mapping[str, JSONValue]
+) -> None:
+    event: JSONObject = {"type": "pick", "agent": method.agent, "method": method.name}
+    event["choice"] = choice
+    if fields:
+        event["fields"] = dict(fields)
+    emit(runtime.on_stream, event)
 
 
 _active_method_tools: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
