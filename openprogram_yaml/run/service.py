@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..compile.program import Program
     from ..runtime.asking import Asker
     from ..runtime.trace import SessionTrace
+    from .events import Observer
 
 __all__ = ["RunService"]
 
@@ -60,13 +61,17 @@ class RunService:
         *,
         model: str | None = None,
         trace: SessionTrace | None = None,
+        on_event: Observer | None = None,
     ) -> asyncio.Task[RunRecord]:
-        """Start a run on the current version; the task's result is its record."""
+        """Start a run on the current version; the task's result is its record.
+        ``on_event`` is told what happens while it runs (``run.events``)."""
         if self.closing:
             raise RuntimeError("the runner is shutting down")
         program, stamp = self._current()
         task = asyncio.create_task(
-            self._run(program, stamp, agent, method, inputs, model=model, trace=trace)
+            self._run(
+                program, stamp, agent, method, inputs, model=model, trace=trace, on_event=on_event
+            )
         )
         self.in_flight.add(task)
         task.add_done_callback(self.in_flight.discard)
@@ -82,6 +87,7 @@ class RunService:
         *,
         model: str | None,
         trace: SessionTrace | None,
+        on_event: Observer | None,
     ) -> RunRecord:
         record = await execute_run(
             program,
@@ -94,6 +100,7 @@ class RunService:
             live_tools=self.live_tools,
             asker=self.asker,
             approve_all=self.approve_all,
+            on_event=on_event,
         )
         if self.records is not None:
             try:
