@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..json_types import JSONValue
     from ..run.record import RunRecord
     from ..runtime.retry import RetryInfo
-    from ..runtimes.protocol import RuntimeSelectorProtocol, SelectorWrapper
+    from ..runtimes.protocol import SelectorWrapper
     from .terminal_asker import TerminalAsker
 
 __all__ = ["main"]
@@ -553,38 +553,29 @@ def _cmd_render(argv: Sequence[str]) -> int:
     args = p.parse_args(argv)
     import asyncio
 
-    from ..run.execute import execute_run
     from ..run.record import run_secrets
+    from ..run.render import format_request, render_method
     from ..run.version import VersionStamp
-    from .render import CaptureSelector, format_request
 
     loaded = _load_method(args)
     if isinstance(loaded, int):
         return loaded
     program, agent, method, inputs = loaded
-    selectors: list[CaptureSelector] = []
-
-    def capture(inner: RuntimeSelectorProtocol) -> CaptureSelector:
-        selectors.append(CaptureSelector(inner))
-        return selectors[-1]
-
-    record = asyncio.run(
-        execute_run(
+    rendered = asyncio.run(
+        render_method(
             program,
             VersionStamp(program.version),
             agent.name,
             method.name,
             inputs,
             model=args.model,
-            wrap_selector=capture,
         )
     )
-    captured = [c for s in selectors for c in s.captured]
-    if not captured:
-        error = record.error or {}
+    data = rendered.request
+    if data is None:
+        error = rendered.record.error or {}
         _emit(sys.stderr, f"error: nothing to render: {error.get('message', 'no request')}")
-        return record.exit_code or 1
-    data = captured[0].to_dict()
+        return rendered.record.exit_code or 1
     text = json.dumps(data, indent=2, ensure_ascii=False) if args.json else format_request(data)
     _emit(sys.stdout, text, run_secrets(agent))
     return 0

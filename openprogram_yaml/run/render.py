@@ -1,4 +1,5 @@
-"""``openprogram-run render``: what a method would send, without calling any model.
+"""What a method would send, without calling any model (``openprogram-run render`` and the
+web page's Render button).
 
 The request is caught at the runtime boundary: the real runtime for the model is selected
 (so its capabilities decide structured-output and ``choices`` modes exactly as in a run),
@@ -10,8 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..json_types import JSONValue
 from ..runtimes.protocol import (
     AgentRuntimeProtocol,
     Message,
@@ -21,10 +23,16 @@ from ..runtimes.protocol import (
     TurnFailure,
 )
 from ..runtimes.wrapping import WrappedRuntime
+from .execute import execute_run
 
-__all__ = ["CaptureSelector", "CapturedRequest", "format_request"]
+if TYPE_CHECKING:
+    from ..compile.program import Program
+    from .record import RunRecord
+    from .version import VersionStamp
 
-_CAPTURED = "request captured by `openprogram-run render`; no model was called"
+__all__ = ["CaptureSelector", "CapturedRequest", "Rendered", "format_request", "render_method"]
+
+_CAPTURED = "request captured for render; no model was called"
 
 
 @dataclass(slots=True)
@@ -111,6 +119,42 @@ class CaptureSelector:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+@dataclass(slots=True)
+class Rendered:
+    """What ``render_method`` caught: the first request, or why there is none."""
+
+    #: ``CapturedRequest.to_dict()`` of the first turn; None when the method sent nothing.
+    request: dict[str, Any] | None
+    #: The record of the run that was stopped at the boundary (its error says why nothing
+    #: was sent, e.g. an input the prompt needs is missing).
+    record: RunRecord
+
+
+async def render_method(
+    program: Program,
+    stamp: VersionStamp,
+    agent_name: str | None,
+    method_name: str | None,
+    inputs: Mapping[str, JSONValue],
+    *,
+    model: str | None = None,
+) -> Rendered:
+    """Run the method up to its first model call and keep that request instead of sending
+    it. Nothing leaves the process; the request is not redacted (the caller shows it with
+    ``record.secrets`` masked)."""
+    selectors: list[CaptureSelector] = []
+
+    def capture(inner: RuntimeSelectorProtocol) -> CaptureSelector:
+        selectors.append(CaptureSelector(inner))
+        return selectors[-1]
+
+    record = await execute_run(
+        program, stamp, agent_name, method_name, inputs, model=model, wrap_selector=capture
+    )
+    captured = [c for s in selectors for c in s.captured]
+    return Rendered(captured[0].to_dict() if captured else None, record)
 
 
 def format_request(data: Mapping[str, Any]) -> str:
