@@ -1,0 +1,552 @@
+"""The OpenAI-compatible endpoint: ``POST /v1/chat/completions`` and ``GET /v1/models``.
+
+Any client of the Chat Completions API (the ``openai`` SDKs, LangChain, Open WebUI, curl)
+can call the project's agents. Each method is a model named ``agent.method``; when the
+project has one agent, also by its bare ``method`` name.
+
+What a request means here:
+
+- The **last user message** is the method's input. A method with one input gets the text
+  as it is (one input of another type than string: the text read as JSON); a method with
+  several inputs takes the text as a JSON object of inputs; a method without inputs ignores
+  it. Content is a string or a list of text parts (joined by newlines).
+- **System and earlier messages are ignored**: the method's own instructions and prompt
+  are the prompt, so a method answers the same whoever calls it. A conversation belongs to
+  the agent (its tools, its ``choices``), not to the client.
+- Sampling parameters (``temperature``, ``max_tokens``, ``tools`` …) are ignored: the YAML
+  decides them. A known field of the wrong type is still an error, and ``n`` must be 1.
+- The message content is the run's output: text as it is, any other JSON value (a response
+  schema's object, a ``choices`` value) as compact JSON.
+
+Runs go through the server's ``RunService`` like ``POST /run``: recorded, in the history,
+secrets redacted. ``stream: true`` sends Chat Completions chunks as server-sent events:
+the role, the method's text as the model writes it, a final chunk with ``finish_reason``,
+a usage chunk when ``stream_options.include_usage``, then ``[DONE]``. A method whose output
+is JSON sends that JSON whole at the end, so the streamed content always joins up to the
+non-streamed one; for a text method it does too unless text already sent turns out not to
+be the answer (the model wrote before calling a tool, or an attempt failed half-way and was
+retried): a stream cannot take back what it sent. A run that fails mid-stream ends with an
+``{"error": …}`` event, as OpenAI's own streams do.
+
+Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 400 bad
+request, 404 unknown model (``model_not_found``), 502 the model call failed, 500 any other
+failed run, 503 shutting down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+from aiohttp import web
+
+from ..json_types import JSONObject, JSONValue
+from ..redaction import MIN_SECRET_LEN, redact
+from ..run.record import RunRecord, run_secrets
+from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
+
+if TYPE_CHECKING:
+    from ..compile.program import Method, Program
+    from .app import ServeState
+
+__all__ = [
+    "ChatRequest",
+    "OpenAIError",
+    "StreamRedactor",
+    "chat_completion",
+    "chunk",
+    "content_of",
+    "method_inputs",
+    "model_table",
+    "models_list",
+    "parse_chat_request",
+    "record_error",
+    "routes",
+    "usage_of",
+]
+
+OWNER = "openprogram"
+
+_T = TypeVar("_T")
+
+
+class OpenAIError(Exception):
+    """An error answered in OpenAI's shape, with its HTTP status."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.code = code
+        self.param = param
+
+    def body(self) -> JSONObject:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+
+# --- models ------------------------------------------------------------------------------
+
+
+def model_table(program: Program) -> dict[str, Method]:
+    """Every model name the endpoint answers to, and the method it runs."""
+    table: dict[str, Method] = {}
+    for agent in program.agents.values():
+        for method in agent.methods.values():
+            table[f"{agent.name}.{method.name}"] = method
+    if len(program.agents) == 1:
+        [agent] = program.agents.values()
+        for method in agent.methods.values():
+            table.setdefault(method.name, method)
+    return table
+
+
+def models_list(program: Program, created: int) -> JSONObject:
+    """The ``GET /v1/models`` body: each method as a model, with its description."""
+    data: list[JSONValue] = []
+    for name, method in model_table(program).items():
+        model: JSONObject = {"id": name, "object": "model", "created": created, "owned_by": OWNER}
+        if method.description:
+            model["description"] = method.description
+        data.append(model)
+    return {"object": "list", "data": data}
+
+
+def find_method(program: Program, name: str) -> Method:
+    """The method model ``name`` runs; a 404 ``model_not_found`` naming the nearest ones."""
+    table = model_table(program)
+    method = table.get(name)
+    if method is not None:
+        return method
+    near = difflib.get_close_matches(name, table, n=3)
+    hint = f"did you mean {', '.join(repr(n) for n in near)}? " if near else ""
+    raise OpenAIError(
+        404,
+        f"The model '{_shown(name)}' does not exist: {hint}GET /v1/models lists the "
+        "models (one per agent method, named agent.method).",
+        code="model_not_found",
+        param="model",
+    )
+
+
+# --- the request -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """What this endpoint reads of a Chat Completions request body."""
+
+    model: str
+    #: The text of the last user message.
+    text: str
+    stream: bool = False
+    include_usage: bool = False
+
+
+def _bad(message: str, param: str | None = None) -> OpenAIError:
+    return OpenAIError(400, message, param=param)
+
+
+def _shown(value: str) -> str:
+    return value if len(value) <= 100 else value[:100] + "…"
+
+
+def parse_chat_request(body: object) -> ChatRequest:
+    """Read a request body; a 400 saying what is wrong with it. Unknown fields are ignored."""
+    if not isinstance(body, dict):
+        raise _bad("The body must be a JSON object (a Chat Completions request).")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise _bad("'model' must be a string naming a method (GET /v1/models).", "model")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("'messages' must be a non-empty array of messages.", "messages")
+    last_user: object = None
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise _bad(f"messages[{i}] must be an object with a string 'role'.", "messages")
+        if message["role"] == "user":
+            last_user = message.get("content")
+            index = i
+    if last_user is None:
+        raise _bad("'messages' must hold a user message: its text is the method's input.")
+    text = _content_text(last_user, f"messages[{index}].content")
+    stream = _optional(body, "stream", bool) or False
+    options = _optional(body, "stream_options", dict) or {}
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool | None):
+        raise _bad("'stream_options.include_usage' must be a boolean.", "stream_options")
+    n = _optional(body, "n", int)
+    if n is not None and n != 1:
+        raise _bad("'n' must be 1: a method gives one answer per run.", "n")
+    return ChatRequest(model, text, stream, bool(include_usage))
+
+
+def _optional(body: Mapping[str, object], name: str, kind: type[_T]) -> _T | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        what = {bool: "a boolean", dict: "an object", int: "an integer"}.get(kind, kind.__name__)
+        raise _bad(f"'{name}' must be {what}.", name)
+    return value
+
+
+def _content_text(content: object, where: str) -> str:
+    """A message's text: a string, or an array of text parts joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts: list[str] = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text":
+                kind = part.get("type") if isinstance(part, dict) else None
+                got = f" (got '{_shown(kind)}')" if isinstance(kind, str) else ""
+                raise _bad(f"{where}[{i}] must be a text part: only text is taken{got}.")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise _bad(f"{where}[{i}].text must be a string.")
+            texts.append(text)
+        return "\n".join(texts)
+    raise _bad(f"{where} must be a string or an array of text parts.")
+
+
+def method_inputs(method: Method, text: str) -> dict[str, JSONValue]:
+    """The inputs the last user message's ``text`` gives ``method`` (see the module's doc).
+
+    The run still checks them against the method's inputs schema.
+    """
+    names = list(method.inputs)
+    if not names:
+        return {}
+    if len(names) == 1:
+        schema = method.inputs[names[0]]
+        kind = schema.get("type") if isinstance(schema, Mapping) else None
+        if kind in (None, "string"):
+            return {names[0]: text}
+        try:
+            return {names[0]: _json(text)}
+        except ValueError:
+            return {names[0]: text}  # the inputs schema says what is wrong with it
+    example = ", ".join(f'"{n}": …' for n in names)
+    try:
+        inputs = _json(text)
+    except ValueError as exc:
+        raise _bad(
+            f"Model '{method.agent}.{method.name}' takes inputs {', '.join(names)}: the last "
+            f"user message must be a JSON object {{{example}}} ({exc})."
+        ) from None
+    if not isinstance(inputs, dict):
+        raise _bad(
+            f"Model '{method.agent}.{method.name}' takes inputs {', '.join(names)}: the last "
+            f"user message must be a JSON object {{{example}}}."
+        )
+    return inputs
+
+
+def _json(text: str) -> JSONValue:
+    try:
+        value: JSONValue = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
+    except RecursionError:
+        raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH}") from None
+    if nests_deeper(value, MAX_JSON_DEPTH):
+        raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH}")
+    return value
+
+
+# --- the response ------------------------------------------------------------------------
+
+
+def content_of(output: JSONValue) -> str:
+    """A run's output as message content: text as it is, any other value as compact JSON."""
+    if isinstance(output, str):
+        return output
+    return json.dumps(output, ensure_ascii=False, separators=(",", ":"))
+
+
+def usage_of(usage: Mapping[str, int] | None) -> JSONObject:
+    """A record's usage in Chat Completions terms (cached input tokens included)."""
+    usage = usage or {}
+    prompt, completion = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+    out: JSONObject = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": usage.get("total_tokens") or prompt + completion,
+    }
+    if usage.get("cache_read"):
+        out["prompt_tokens_details"] = {"cached_tokens": usage["cache_read"]}
+    return out
+
+
+def chat_completion(record: RunRecord, model: str, created: int) -> JSONObject:
+    """The ``chat.completion`` object of a run that ended well (not yet redacted)."""
+    return {
+        "id": f"chatcmpl-{record.id}",
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": record.version.hash,
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": content_of(record.output),
+                    "refusal": None,
+                },
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": usage_of(record.usage),
+    }
+
+
+def chunk(
+    id: str,
+    model: str,
+    created: int,
+    delta: JSONObject | None,
+    *,
+    finish_reason: str | None = None,
+    fingerprint: str | None = None,
+    usage: JSONObject | None = None,
+) -> JSONObject:
+    """One ``chat.completion.chunk``; ``delta`` None is the usage chunk (no choices)."""
+    out: JSONObject = {
+        "id": id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "system_fingerprint": fingerprint,
+        "choices": []
+        if delta is None
+        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+    if usage is not None or delta is None:
+        out["usage"] = usage
+    return out
+
+
+def record_error(record: RunRecord) -> OpenAIError:
+    """A failed run as an OpenAI error: bad inputs 400, the model's failure 502, shutdown
+    503, anything else 500; the message is the record's, secrets redacted."""
+    error = record.error or {}
+    kind = str(error.get("type") or "Error")
+    message = redact(f"{kind}: {error.get('message')}", record.secrets)
+    if record.status == "interrupted":
+        return OpenAIError(503, message, type="server_error", code="interrupted")
+    if record.exit_code == 2:
+        return OpenAIError(400, message, code="invalid_inputs")
+    status = 502 if kind == "LLMError" else 500
+    return OpenAIError(status, message, type="server_error", code=kind)
+
+
+class StreamRedactor:
+    """Redacts text sent piece by piece: a secret split across pieces is still hidden.
+
+    The end of what was fed that could begin a secret is held back until the next piece
+    shows whether it does; ``flush`` gives what is held at the end.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len)
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        if not self.secrets:
+            return text
+        held = self._held + text
+        cut = self._safe_end(held)
+        self._held = held[cut:]
+        return redact(held[:cut], self.secrets)
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return redact(held, self.secrets)
+
+    def _safe_end(self, text: str) -> int:
+        """Where ``text`` can be cut without cutting a secret, whole or begun."""
+        cut = len(text)
+        for secret in self.secrets:  # a secret the text ends with the start of
+            for start in range(max(0, len(text) - len(secret) + 1), len(text)):
+                if secret.startswith(text[start:]):
+                    cut = min(cut, start)
+                    break
+        moved = True
+        while moved:  # never cut through a whole secret either
+            moved = False
+            for secret in self.secrets:
+                start = text.find(secret, max(0, cut - len(secret) + 1))
+                if start != -1 and start < cut < start + len(secret):
+                    cut, moved = start, True
+        return cut
+
+
+# --- the routes --------------------------------------------------------------------------
+
+
+def routes(state: ServeState) -> list[web.RouteDef]:
+    """The endpoint's routes on ``state``'s program and run service."""
+
+    async def list_models(request: web.Request) -> web.Response:
+        program, _ = state.holder.snapshot()
+        return web.json_response(models_list(program, _created(state)))
+
+    async def chat_completions(request: web.Request) -> web.StreamResponse:
+        try:
+            return await _chat(state, request)
+        except OpenAIError as exc:
+            return _error_response(exc)
+
+    return [
+        web.get("/v1/models", list_models),
+        web.post("/v1/chat/completions", chat_completions),
+    ]
+
+
+def _created(state: ServeState) -> int:
+    """When the serving version was loaded: the "created" of every model."""
+    checked = state.holder.checked_at
+    return int(checked.timestamp()) if checked is not None else int(time.time())
+
+
+def _error_response(error: OpenAIError) -> web.Response:
+    return web.json_response(error.body(), status=error.status)
+
+
+async def _read_body(request: web.Request) -> object:
+    refusal = media_refusal(request.headers.get("Content-Type"))
+    if refusal is not None:
+        raise OpenAIError(415, refusal.replace("the inputs", "the request"))
+    try:
+        return _json(await request.text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise _bad(f"The body must be a JSON object ({exc}).") from None
+
+
+async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
+    chat = parse_chat_request(await _read_body(request))
+    program, stamp = state.holder.snapshot()
+    method = find_method(program, chat.model)
+    inputs = method_inputs(method, chat.text)
+    if state.service.closing:
+        raise OpenAIError(503, "The server is shutting down.", type="server_error")
+    created = int(time.time())
+    if not chat.stream:
+        task = state.service.start(method.agent, method.name, inputs, model=state.model)
+        # Shielded: the run belongs to the service; a dropped client must not cancel it.
+        record = await asyncio.shield(task)
+        if record.status != "ok":
+            return _error_response(record_error(record))
+        body = json.dumps(chat_completion(record, chat.model, created), ensure_ascii=False)
+        return web.Response(
+            text=redact(body, record.secrets), content_type="application/json", charset="utf-8"
+        )
+    stream = _ChatStream(program, method, run_secrets(program.agents[method.agent]))
+    events: asyncio.Queue[JSONObject | None] = asyncio.Queue()
+    task = state.service.start(
+        method.agent, method.name, inputs, model=state.model, on_event=events.put_nowait
+    )
+    task.add_done_callback(lambda _: events.put_nowait(None))
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    completion = f"chatcmpl-{uuid.uuid4().hex[:16]}"
+
+    async def send(
+        delta: JSONObject | None, finish: str | None = None, usage: JSONObject | None = None
+    ) -> None:
+        body = chunk(
+            completion,
+            chat.model,
+            created,
+            delta,
+            finish_reason=finish,
+            fingerprint=stamp.hash,
+            usage=usage,
+        )
+        await response.write(f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode())
+
+    try:
+        await send({"role": "assistant", "content": ""})
+        while (event := await events.get()) is not None:
+            text = stream.take(event)
+            if text:
+                await send({"content": text})
+        record = task.result()
+        if record.status != "ok":
+            error = json.dumps(record_error(record).body(), ensure_ascii=False)
+            await response.write(f"data: {error}\n\n".encode())
+            return response
+        rest = stream.finish(content_of(record.output))
+        if rest:
+            await send({"content": rest})
+        await send({}, finish="stop")
+        if chat.include_usage:
+            await send(None, usage=usage_of(record.usage))
+        await response.write(b"data: [DONE]\n\n")
+    except ConnectionError:
+        pass  # the client left; the run goes on and is recorded
+    return response
+
+
+class _ChatStream:
+    """Turns a run's events into the content a stream sends, redacted as it goes.
+
+    Only the text of a method whose answer is its text (no response schema, no
+    ``choices``) is sent as it comes; a JSON answer is sent whole by ``finish``.
+    """
+
+    def __init__(self, program: Program, method: Method, secrets: Iterable[str]) -> None:
+        self._program = program
+        self._live = _answers_in_text(method)
+        self._sent = ""
+        self._redactor = StreamRedactor(secrets)
+
+    def take(self, event: JSONObject) -> str:
+        """The content to send now for ``event``."""
+        kind = event.get("type")
+        if kind == "method":
+            agent = self._program.agents.get(str(event.get("agent")))
+            method = agent.methods.get(str(event.get("method"))) if agent else None
+            self._live = method is not None and _answers_in_text(method)
+        elif kind == "text" and self._live:
+            text = event.get("text")
+            if isinstance(text, str):
+                self._sent += text
+                return self._redactor.feed(text)
+        return ""
+
+    def finish(self, content: str) -> str:
+        """The rest of the answer ``content`` once the run has ended well."""
+        rest = content[len(self._sent) :] if content.startswith(self._sent) else ""
+        return self._redactor.feed(rest) + self._redactor.flush()
+
+
+def _answers_in_text(method: Method) -> bool:
+    return method.response_format is None and not method.choices
