@@ -19,7 +19,9 @@ Replies are served in order, whatever the path; a request with no reply left get
 A reply may also be a function of the ``Request`` (``server.add(lambda req: json_reply(…))``).
 SSE replies are sent with chunked encoding, one chunk per event, and may stop abruptly
 (``abort=True``) to imitate a dropped connection. The server uses HTTP/1.1 keep-alive, and
-``Request.client_port`` shows whether a client reused its connection.
+``Request.client_port`` shows whether a client reused its connection;
+``connections_ended`` counts the connections that ended (``wait_connections_ended`` waits
+for a count, e.g. for a client to close its pool).
 """
 
 from __future__ import annotations
@@ -170,6 +172,12 @@ class _Server(ThreadingHTTPServer):
         if not isinstance(sys.exc_info()[1], ConnectionError):
             super().handle_error(request, client_address)
 
+    def shutdown_request(self, request: Any) -> None:
+        # Called on the connection's thread once it is done: the client closed it (or the
+        # server did, after an aborted stream).
+        super().shutdown_request(request)
+        self.owner._connection_ended()
+
 
 class LoopbackServer:
     """A scripted HTTP server on 127.0.0.1 with an ephemeral port (a context manager)."""
@@ -177,7 +185,10 @@ class LoopbackServer:
     def __init__(self, replies: Iterable[Script] = ()) -> None:
         self._script: deque[Script] = deque(replies)
         self._lock = threading.Lock()
+        self._ended = threading.Condition(self._lock)
         self.requests: list[Request] = []
+        #: Connections that ended so far.
+        self.connections_ended = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -205,6 +216,16 @@ class LoopbackServer:
         if script is None:
             return json_reply({"error": {"message": "loopback: no scripted reply left"}}, 500)
         return script(request) if callable(script) else script
+
+    def _connection_ended(self) -> None:
+        with self._ended:
+            self.connections_ended += 1
+            self._ended.notify_all()
+
+    def wait_connections_ended(self, count: int, timeout_s: float = 10.0) -> bool:
+        """Wait until ``count`` connections have ended (False if not within ``timeout_s``)."""
+        with self._ended:
+            return self._ended.wait_for(lambda: self.connections_ended >= count, timeout_s)
 
     def start(self) -> LoopbackServer:
         self._server = _Server(("127.0.0.1", 0), _Handler)

@@ -1,5 +1,6 @@
 """Opening the ``Runtime`` an agent's runs use: its model, retry policy, tools and runtime
-rules, with its methods offered as tools, and everything it opened closed again."""
+rules, with its methods offered as tools, and everything it opened closed again (or left
+open, when the selector is shared by the runs of a version: ``run.shared_runtimes``)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from ..runtime.retry import RetryInfo
     from ..runtime.toolgate import ToolGate
 
-__all__ = ["open_runtime", "selector_for"]
+__all__ = ["close_tools", "open_runtime", "selector_for"]
 
 
 def selector_for(agent: Agent) -> RuntimeSelector:
@@ -32,10 +33,19 @@ def selector_for(agent: Agent) -> RuntimeSelector:
     )
 
 
+async def close_tools(agent: Agent) -> None:
+    """Close the clients the agent's tools opened (the http tool's pool)."""
+    for tool in agent.tools:
+        closer = getattr(tool, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
 @contextlib.asynccontextmanager
 async def open_runtime(
     agent: Agent,
     *,
+    shared: RuntimeSelectorProtocol | None = None,
     wrap_selector: SelectorWrapper | None = None,
     trace: SessionTrace | None = None,
     tool_gate: ToolGate | None = None,
@@ -45,13 +55,15 @@ async def open_runtime(
 ) -> AsyncIterator[Runtime]:
     """A ``Runtime`` set up from ``agent``'s model, retry policy and runtime rules.
 
+    ``shared`` is a selector the runs of a version share (``VersionRuntimes.selector``):
+    it is used and left open, and so are the agent's tools. Without it, the run opens the
+    agent's own selector and closes it, with the clients of the agent's tools, at its end.
     ``wrap_selector`` may put something between the runtime and the selector (recording
     every turn, or replaying recorded ones); what it returns is closed on exit.
     ``asker`` answers questions and confirmations (None: nobody is there).
     ``on_event`` is told what happens as it happens (``run.events`` names the events).
-    Closes the runtime and every provider client it opened on exit.
     """
-    selector: RuntimeSelectorProtocol = selector_for(agent)
+    selector: RuntimeSelectorProtocol = selector_for(agent) if shared is None else shared
     if wrap_selector is not None:
         selector = wrap_selector(selector)
     runtime = Runtime(
@@ -76,12 +88,12 @@ async def open_runtime(
         yield runtime
     finally:
         try:
+            # Closes the selector it was given: the wrapper, and through it what it wraps
+            # (a shared selector's lent view closes nothing).
             await runtime.aclose()
         finally:
-            try:
-                await selector.aclose()
-            finally:
-                for tool in agent.tools:
-                    closer = getattr(tool, "aclose", None)
-                    if closer is not None:
-                        await closer()
+            if shared is None:
+                try:
+                    await selector.aclose()
+                finally:
+                    await close_tools(agent)

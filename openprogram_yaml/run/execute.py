@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..errors import OpenProgramError, UsageError
 from ..json_types import JSONObject, JSONValue
 from ..runtime.toolgate import ToolGate
+from ..telemetry import active as active_telemetry
 from .agent_runtime import open_runtime
 from .method import DEFAULT_MAX_STEPS, RunState, run_method
 from .record import RunRecord, error_dict, run_secrets
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from ..runtime.toolgate import ToolDouble
     from ..runtime.trace import SessionTrace
     from ..runtimes.protocol import SelectorWrapper
+    from .shared_runtimes import VersionRuntimes
 
 __all__ = ["execute_run"]
 
@@ -37,6 +39,7 @@ async def execute_run(
     *,
     model: str | None = None,
     trace: SessionTrace | None = None,
+    shared: VersionRuntimes | None = None,
     wrap_selector: SelectorWrapper | None = None,
     live_tools: bool = False,
     tool_doubles: Mapping[str, tuple[ToolDouble, ...]] | None = None,
@@ -49,8 +52,11 @@ async def execute_run(
 
     Under the offline ``test`` model no http or command tool runs for real unless
     ``live_tools``; ``tool_doubles`` answer for the tools they name instead of running them.
+    ``shared`` holds the runtimes the runs of ``program``'s version share (``RunService``);
+    without it the run opens its own and closes them at its end.
     ``wrap_selector`` may put something between the runtime and its selector (recording,
-    replay). ``on_retry`` is told of every retry of a model call. ``asker`` puts questions
+    replay), for this run only: a shared selector behind it stays open.
+    ``on_retry`` is told of every retry of a model call. ``asker`` puts questions
     and tool confirmations to the person (None: nobody is there, so a tool declared
     ``confirm`` is refused); ``approve_all`` (``--yes``) approves every confirmation.
     ``on_event`` is told what happens while the run goes (``run.events``); it is never
@@ -71,6 +77,9 @@ async def execute_run(
         agent = program.agent(agent_name)
         record.agent = agent.name
         record.secrets = run_secrets(agent)
+        telemetry = active_telemetry()
+        if telemetry is not None:  # on: the run is traced, and its trace exported
+            trace = telemetry.watch(trace, record.secrets)
         method = agent.method(method_name or None)
         record.method = method.name
         record.model = model or method.options.model or agent.model
@@ -86,6 +95,7 @@ async def execute_run(
         record.confirmations = gate.confirmations
         async with open_runtime(
             agent,
+            shared=None if shared is None else shared.selector(agent),
             trace=trace,
             wrap_selector=wrap_selector,
             tool_gate=gate,

@@ -1,5 +1,6 @@
 """Runs of a Program that changes while it serves: started on the current version,
-tracked while in flight, recorded, and shut down cleanly."""
+tracked while in flight, recorded, and shut down cleanly. The runs of a version share its
+runtimes and their connection pools (``shared_runtimes``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .._file_writes import cannot_write
 from ..json_types import JSONValue
 from .execute import execute_run
 from .record import RecordLog, RunRecord
+from .shared_runtimes import SharedRuntimes
 from .version import VersionStamp
 
 if TYPE_CHECKING:
@@ -27,7 +29,10 @@ class RunService:
     """Starts runs on the current Program, tracks those in flight, and shuts down cleanly.
 
     Each run takes the Program (and its stamp) once, when it starts, and keeps it to the end:
-    a reload swaps what the *next* run gets, never what a running one uses.
+    a reload swaps what the *next* run gets, never what a running one uses. The runs of a
+    version share its provider runtimes (one pooled HTTP client per configuration) and the
+    clients of its tools; an older version's close when its last run ends, and ``shutdown``
+    closes the rest.
     """
 
     def __init__(
@@ -49,6 +54,8 @@ class RunService:
         #: Approve every tool confirmation (``--yes``).
         self.approve_all = approve_all
         self.in_flight: set[asyncio.Task[RunRecord]] = set()
+        #: The runtimes each version's runs share, open while a run may use them.
+        self.runtimes = SharedRuntimes()
         self.closing = False
         #: Called with each finished record (the CLI prints them; tests observe them).
         self.listeners: list[Callable[[RunRecord], None]] = []
@@ -89,19 +96,25 @@ class RunService:
         trace: SessionTrace | None,
         on_event: Observer | None,
     ) -> RunRecord:
-        record = await execute_run(
-            program,
-            stamp,
-            agent,
-            method,
-            inputs,
-            model=model,
-            trace=trace,
-            live_tools=self.live_tools,
-            asker=self.asker,
-            approve_all=self.approve_all,
-            on_event=on_event,
-        )
+        # Taken in the task, not in start(): a task cancelled before it ever ran holds none.
+        shared = self.runtimes.acquire(program)
+        try:
+            record = await execute_run(
+                program,
+                stamp,
+                agent,
+                method,
+                inputs,
+                model=model,
+                trace=trace,
+                shared=shared,
+                live_tools=self.live_tools,
+                asker=self.asker,
+                approve_all=self.approve_all,
+                on_event=on_event,
+            )
+        finally:
+            await self.runtimes.release(shared)
         if self.records is not None:
             try:
                 self.records.append(record)
@@ -114,7 +127,8 @@ class RunService:
 
     async def shutdown(self, grace_s: float, force: asyncio.Event | None = None) -> None:
         """Refuse new runs; let runs in flight finish within ``grace_s`` (or until ``force``
-        is set: a second Ctrl-C); interrupt the rest, which still write their records."""
+        is set: a second Ctrl-C); interrupt the rest, which still write their records; then
+        close every runtime and tool client the runs shared."""
         self.closing = True
         pending = set(self.in_flight)
         if pending and grace_s > 0:
@@ -130,3 +144,4 @@ class RunService:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+        await self.runtimes.aclose()
