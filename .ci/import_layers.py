@@ -50,10 +50,25 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "__main__": frozenset({"runner"}),
     # Front ends: the command line, --watch, serve, test, render.
     "runner": frozenset(
-        {"run", "recording", "compile", "tools", "spec", "runtime", "runtimes", "providers"}
+        {
+            "run",
+            "recording",
+            "compile",
+            "tools",
+            "spec",
+            "runtime",
+            "runtimes",
+            "providers",
+            "telemetry",
+        }
     ),
     # A Program plus inputs -> a record; the seam every front end sits on.
-    "run": frozenset({"recording", "compile", "tools", "spec", "runtime", "runtimes"}),
+    "run": frozenset(
+        {"recording", "compile", "tools", "spec", "runtime", "runtimes", "telemetry"}
+    ),
+    # OpenTelemetry (an optional extra): a run's session trace nodes become spans. The
+    # front ends switch it on, the run asks for it; it reads only the trace of runtime.
+    "telemetry": frozenset({"runtime", "runtimes"}),
     # Record and replay wrap the selectors; the recording files are YAML (spec's PyYAML).
     "recording": frozenset({"spec", "runtime", "runtimes", "providers"}),
     # *Spec -> Program: builds validators, tools, toolsets and runtime rules.

@@ -153,6 +153,8 @@ class ExecRun:
     repairs: list[JSONObject] | None = None
     pick: JSONObject | None = None
     node: TraceNode | None = None
+    #: The last reply that ended a request (kept for the trace only).
+    last_reply: RuntimeResult | None = None
 
     async def run(self) -> object:
         clock = self.owner.clock
@@ -271,6 +273,8 @@ class ExecRun:
                     failure = classify_error_text(result.error)
                 if failure is None:
                     self.budget.settle_transport()
+                    if self.node is not None:
+                        self.last_reply = result
                     return result
             failures.append(failure)
             self._note_attempt(failure, None)
@@ -421,3 +425,11 @@ class ExecRun:
         data["tool_calls"] = self.runner.records
         if self.pick is not None:
             data["pick"] = self.pick
+        if self.last_reply is not None:
+            # Who answered, as the server said (a dated model id, the reply's id).
+            meta = self.last_reply.metadata
+            data["response"] = {
+                "model": meta.get("model"),
+                "id": meta.get("response_id"),
+                "finish_reason": self.last_reply.finish_reason,
+            }

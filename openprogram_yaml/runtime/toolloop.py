@@ -213,6 +213,7 @@ class ToolRunner:
                 value = await call_maybe_async(tool.execute, tool.is_async, args)
             else:
                 with self.trace.span("tool", name=tool.name, inputs=args) as node:
+                    node.data["call_id"] = call.id
                     if "confirmed" in record:
                         node.data["confirmed"] = record["confirmed"]
                     value = await call_maybe_async(tool.execute, tool.is_async, args)
@@ -236,6 +237,7 @@ class ToolRunner:
             # A span even for a call that did not run: the trace lists every call the model
             # made, and tests' `tools_called` read it.
             with self.trace.span("tool", name=tool.name, inputs=args) as node:
+                node.data["call_id"] = record["id"]
                 node.data.update(mark)
                 if "confirmed" in record:
                     node.data["confirmed"] = record["confirmed"]

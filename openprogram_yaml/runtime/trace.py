@@ -3,10 +3,14 @@
 Nodes form a tree through ``parent_id``: an exec started while a ``span`` is open (a method
 call, a tool call, another exec) becomes its child. The trace can be written as JSON Lines,
 one node per line, and read back. Keys that look like credentials are redacted on output.
+
+Observers (``SessionTrace.observers``) are told when a node starts and when it ends: the
+OpenTelemetry bridge (``openprogram_yaml.telemetry``) turns nodes into spans that way.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,13 +21,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from openprogram_yaml._file_writes import write_atomically
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.redaction import REDACTED
 
-__all__ = ["SessionTrace", "TraceNode", "current_span", "jsonable"]
+__all__ = ["SessionTrace", "TraceNode", "TraceObserver", "current_span", "jsonable"]
 
 _SECRET_KEY_PATTERN = (
     r"(^|[_-])(api[_-]?key|authorization|secret|password|passwd|access[_-]?token|"
@@ -101,6 +105,19 @@ class TraceNode:
         )
 
 
+class TraceObserver(Protocol):
+    """Told of every node of a trace as it starts and as it ends (``SessionTrace.observers``).
+
+    ``node_started`` sees the kind, name, parent and inputs; ``node_finished`` sees the node
+    complete (status, output or error, ``data``). Both must be quick; an observer that
+    raises is ignored, so it never breaks the run it watches.
+    """
+
+    def node_started(self, trace: SessionTrace, node: TraceNode) -> None: ...
+
+    def node_finished(self, trace: SessionTrace, node: TraceNode) -> None: ...
+
+
 _current: ContextVar[TraceNode | None] = ContextVar("openprogram_trace_span", default=None)
 
 
@@ -129,6 +146,8 @@ class SessionTrace:
         self.clock = clock or time.monotonic
         self.session_id = session_id
         self.nodes: list[TraceNode] = []
+        #: Told of each node as it starts and ends; an observer may remove itself when told.
+        self.observers: list[TraceObserver] = []
 
     def start(self, kind: str, name: str = "", inputs: object = None) -> TraceNode:
         """Open a node under the current span; close it with ``finish``."""
@@ -143,6 +162,10 @@ class SessionTrace:
         )
         node.clock_start = self.clock()
         self.nodes.append(node)
+        if self.observers:
+            for observer in tuple(self.observers):
+                with contextlib.suppress(Exception):
+                    observer.node_started(self, node)
         return node
 
     def finish(
@@ -155,6 +178,10 @@ class SessionTrace:
         else:
             node.status = "ok"
             node.output = output
+        if self.observers:
+            for observer in tuple(self.observers):
+                with contextlib.suppress(Exception):
+                    observer.node_finished(self, node)
 
     @contextmanager
     def span(self, kind: str, name: str = "", inputs: object = None) -> Iterator[TraceNode]:
