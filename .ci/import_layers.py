@@ -48,9 +48,10 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         }
     ),
     "__main__": frozenset({"runner"}),
-    # Front ends: the command line, --watch, serve, test, render.
+    # Front ends: the command line, --watch, test, render; the CLI starts serve.
     "runner": frozenset(
         {
+            "serve",
             "run",
             "recording",
             "compile",
@@ -61,6 +62,11 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
             "providers",
             "telemetry",
         }
+    ),
+    # The HTTP front end (aiohttp.web): runs, questions, reloads, history, the OpenAI-compatible
+    # endpoint, the web page. Beside runner, never importing it: what both need lives in run/.
+    "serve": frozenset(
+        {"run", "recording", "compile", "tools", "spec", "runtime", "runtimes", "telemetry"}
     ),
     # A Program plus inputs -> a record; the seam every front end sits on.
     "run": frozenset(

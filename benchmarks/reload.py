@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from openprogram_yaml.runner.reload import DEBOUNCE_MS, STEP_MS, ProgramHolder  # noqa: E402
+from openprogram_yaml.run.reload import DEBOUNCE_MS, STEP_MS, ProgramHolder  # noqa: E402
 
 GOAL_MS = 150.0
 #: Reload goals at scale: agents in the repository -> median save-to-serving, ms.

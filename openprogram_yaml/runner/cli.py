@@ -370,7 +370,7 @@ def _not_run_note(not_run: list[dict[str, str]]) -> str:
 def _cmd_watch(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .serve import watch_and_run
+    from .watch import watch_and_run
 
     _startup_done()
     return asyncio.run(
@@ -389,8 +389,8 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(argv: Sequence[str]) -> int:
-    from .request_guard import ServeLimits
-    from .serve import DEFAULT_GRACE_S
+    from ..run.shutdown import DEFAULT_GRACE_S
+    from ..serve.guard import ServeLimits
 
     p = _Parser(
         prog="openprogram-run serve",
@@ -455,7 +455,7 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         return 2
     import asyncio
 
-    from .serve import serve_path
+    from ..serve.driver import serve_path
 
     _startup_done()
     return asyncio.run(

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from openprogram_yaml.runner.reload import ProgramHolder, ReloadEvent
+from openprogram_yaml.run.reload import ProgramHolder, ReloadEvent
 from openprogram_yaml.runtimes.protocol import Message, RuntimeDelta, RuntimeResult, Usage
 
 #: Generous: a watchfiles event normally arrives in tens of milliseconds.

@@ -21,8 +21,8 @@ from reload_helpers import (
 )
 
 from openprogram_yaml.run.record import RecordLog
+from openprogram_yaml.run.reload import ProgramHolder
 from openprogram_yaml.run.service import RunService
-from openprogram_yaml.runner.reload import ProgramHolder
 from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime
 
 

@@ -17,10 +17,10 @@ import pytest
 from reload_helpers import EVENT_TIMEOUT_S, Events, GateRuntime, save, write_agent
 
 from openprogram_yaml.run.record import RecordLog
+from openprogram_yaml.run.reload import ProgramHolder
 from openprogram_yaml.run.service import RunService
-from openprogram_yaml.runner.reload import ProgramHolder
-from openprogram_yaml.runner.serve import HttpServer
 from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime
+from openprogram_yaml.serve.app import Server, ServeState
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def gate() -> Iterator[GateRuntime]:
 
 
 class Served:
-    def __init__(self, holder: ProgramHolder, server: HttpServer, client: httpx.AsyncClient):
+    def __init__(self, holder: ProgramHolder, server: Server, client: httpx.AsyncClient):
         self.holder = holder
         self.server = server
         self.client = client
@@ -44,7 +44,7 @@ async def served(agent: Path, records: Path | None = None) -> AsyncIterator[Serv
     holder = ProgramHolder(agent, ignore=[records] if records else ())
     holder.load()
     service = RunService(holder.snapshot, RecordLog(records) if records else None)
-    server = HttpServer(holder, service)
+    server = Server(ServeState(holder, service))
     stop = asyncio.Event()
     watcher = asyncio.create_task(holder.watch(stop))
     await asyncio.wait_for(holder.watching.wait(), EVENT_TIMEOUT_S)

@@ -11,9 +11,9 @@ import pytest
 
 from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.run.questions import PendingQuestions
+from openprogram_yaml.run.reload import ProgramHolder
 from openprogram_yaml.run.service import RunService
-from openprogram_yaml.runner.reload import ProgramHolder
-from openprogram_yaml.runner.serve import HttpServer
+from openprogram_yaml.serve.app import Server, ServeState
 
 TOOLS = '''
 def remove(path: str) -> str:
@@ -57,7 +57,7 @@ def _serve(agent: Path, scenario) -> None:  # type: ignore[no-untyped-def]
     async def main() -> None:
         holder = ProgramHolder(agent)
         holder.load()
-        server = HttpServer(holder, RunService(holder.snapshot, asker=PendingQuestions()))
+        server = Server(ServeState(holder, RunService(holder.snapshot, asker=PendingQuestions())))
         port = await server.start(0)
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             try:

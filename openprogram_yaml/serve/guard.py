@@ -5,24 +5,39 @@ requests meant for it: a ``Host`` naming this server (127.0.0.1, localhost or [:
 port; DNS rebinding sends the attacker's name), no ``Origin`` or this server's own, and run
 bodies declared ``application/json`` (a page cannot send that cross-site without a CORS
 preflight, which is never granted). The checks know nothing of the HTTP server they guard.
+
+Bound to a host other than loopback, the server needs a token (``--token``) on every
+request; the ``Host`` check is then lifted (the names other machines use for this one cannot
+be known in advance, and a rebound page can send neither the ``Authorization`` header nor
+the cookie, which the browser keeps for this server's own name), and an ``Origin`` must be
+the ``Host`` the request was sent to.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
     "LOOPBACK_HOSTS",
     "MAX_JSON_DEPTH",
+    "TOKEN_COOKIE",
     "ServeLimits",
+    "is_loopback",
     "media_refusal",
     "nests_deeper",
     "origin_refusal",
     "shown",
+    "token_matches",
 ]
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+#: The cookie that carries the token for the web page (``?token=`` sets it once); the port
+#: is added to its name, since a browser shares a host's cookies across its ports.
+TOKEN_COOKIE = "openprogram_token"
 
 #: Inputs nested deeper are refused: templates, schema validation and the record all
 #: recurse, and about 1,000 levels crash them. Ruby's JSON parser stops at the same depth.
@@ -47,16 +62,47 @@ class ServeLimits:
     body_timeout_s: float = 30.0
 
 
+def is_loopback(host: str) -> bool:
+    """Whether binding to ``host`` keeps the server on this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def token_matches(sent: str | None, token: str) -> bool:
+    """Whether ``sent`` is ``token``, compared in constant time (no timing hints)."""
+    if sent is None:
+        return False
+    return hmac.compare_digest(sent.encode("utf-8"), token.encode("utf-8"))
+
+
 def origin_refusal(
-    headers: Mapping[str, str], port: int, allowed_hosts: Collection[str]
+    headers: Mapping[str, str],
+    port: int,
+    allowed_hosts: Collection[str],
+    *,
+    any_host: bool = False,
 ) -> tuple[int, str] | None:
     """Why a request must not be served (a page of another site, a rebound name), or None.
 
-    ``headers`` have lower-case names; ``allowed_hosts`` lower-case values.
+    ``headers`` have lower-case names (or are case-insensitive); ``allowed_hosts`` lower-case
+    values, loopback names of a bound host included. ``any_host``: bound beyond loopback
+    behind a token, so any ``Host`` is served and an ``Origin`` must match it.
     """
     host = headers.get("host")
     if host is None:
         return 400, "a Host header is required"
+    if any_host:
+        origin = headers.get("origin")
+        if origin is not None and not _is_same_origin(origin, host):
+            return 403, (
+                f"refused: a request from Origin '{shown(origin)}' (a page of another site); "
+                "only this server's own origin may call it"
+            )
+        return None
     if not _is_own_host(host, port, allowed_hosts):
         return 403, (
             f"refused: Host '{shown(host)}' is not this server, which answers to "
@@ -125,6 +171,13 @@ def _is_own_host(
     if name not in LOOPBACK_HOSTS or scheme != "http":
         return False
     return asked == port or (asked is None and port == 80)
+
+
+def _is_same_origin(origin: str, host: str) -> bool:
+    scheme, sep, rest = origin.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return False
+    return rest.lower() == host.lower()
 
 
 def _is_own_origin(origin: str, port: int, allowed_hosts: Collection[str]) -> bool:

@@ -22,7 +22,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,9 +32,16 @@ from ..compile.build import Build
 from ..compile.program import Program
 from ..compile.project import compile_path
 from ..errors import ConfigError, Diagnostic
-from ..run.version import GitStamper, VersionStamp
+from .version import GitStamper, VersionStamp
 
-__all__ = ["DEBOUNCE_MS", "STEP_MS", "ProgramHolder", "ReloadEvent"]
+__all__ = [
+    "DEBOUNCE_MS",
+    "STEP_MS",
+    "ProgramHolder",
+    "ReloadEvent",
+    "describe_failure",
+    "describe_reload",
+]
 
 #: watchfiles yields a batch once no new change arrived for one ``step``, or at the latest
 #: ``debounce`` after the first. An editor's save (truncate+write, or write+rename) lands
@@ -63,6 +70,29 @@ class ReloadEvent:
     diagnostics: tuple[Diagnostic, ...]
     changed: tuple[Path, ...]
     compile_s: float
+
+
+def describe_failure(diagnostics: Sequence[Diagnostic]) -> str:
+    """The lines a first compile that failed prints: each problem, then how many."""
+    n = len(diagnostics)
+    return "\n".join([*map(str, diagnostics), f"{n} error{'s' if n != 1 else ''} found."])
+
+
+def describe_reload(event: ReloadEvent) -> str:
+    """The lines a reload prints (on stderr) for a person watching."""
+    changed = ", ".join(p.name for p in event.changed[:3])
+    if len(event.changed) > 3:
+        changed += ", …"
+    why = f" ({changed} changed)" if changed else ""
+    if event.status == "loaded":
+        return f"reloaded{why}: version {event.version} ({event.compile_s * 1000:.0f} ms)"
+    if event.status == "unchanged":
+        return f"no change{why}: still version {event.version}"
+    lines = [str(d) for d in event.diagnostics]
+    n = len(event.diagnostics)
+    keep = f"still serving version {event.version}" if event.version else "nothing to serve yet"
+    lines.append(f"{n} error{'s' if n != 1 else ''} in the new version{why}; {keep}")
+    return "\n".join(lines)
 
 
 class _WatchSignal:

@@ -1,0 +1,131 @@
+"""``openprogram-run PATH METHOD --watch``: run, then run again on every new version."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from .._file_writes import cannot_write
+from ..compile.program import Method
+from ..errors import ConfigError, UsageError
+from ..json_types import JSONObject
+from ..redaction import redact
+from ..run.record import RecordLog, RunRecord, append_trace
+from ..run.reload import ProgramHolder, ReloadEvent, describe_failure, describe_reload
+from ..run.service import RunService
+from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
+from ..runtime.trace import SessionTrace
+
+__all__ = ["watch_and_run"]
+
+
+def _line(stream: TextIO, text: str) -> None:
+    stream.write(text if text.endswith("\n") else text + "\n")
+    stream.flush()
+
+
+def _say(text: str) -> None:
+    """A line for the person watching (stderr: stdout holds only the outputs)."""
+    _line(sys.stderr, text)
+
+
+def _print(text: str) -> None:
+    _line(sys.stdout, text)
+
+
+async def watch_and_run(
+    path: Path,
+    *,
+    agent: str | None,
+    method: str | None,
+    inputs_for: Callable[[Method], JSONObject],
+    model: str | None,
+    json_output: bool,
+    records: Path | None = None,
+    trace: Path | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+    live_tools: bool = False,
+) -> int:
+    """Run, then re-run on every new version; the exit status (0 once stopped).
+
+    Outputs go to stdout (text, or one JSON record per run with ``--json``); reloads and
+    diagnostics go to stderr. A broken edit is reported and the next fix runs again.
+    """
+    ignore = [p for p in (records, trace) if p is not None]
+    holder = ProgramHolder(path, ignore=ignore)
+    say = _say
+    try:
+        await asyncio.to_thread(holder.load)
+    except ConfigError as exc:
+        say(describe_failure(exc.diagnostics) + " Waiting for a fix…")
+    log = RecordLog(records) if records else None
+    service = RunService(holder.snapshot, log, live_tools=live_tools)
+    new_version = asyncio.Event()
+
+    def on_reload(event: ReloadEvent) -> None:
+        say(describe_reload(event))
+        if event.status == "loaded":
+            new_version.set()
+
+    def on_record(record: RunRecord) -> None:
+        if json_output:
+            _print(record.to_json())
+        elif record.status == "ok":
+            text = record.output if isinstance(record.output, str) else None
+            if text is None:
+                text = json.dumps(record.output, indent=2, ensure_ascii=False)
+            _print(redact(text, record.secrets))
+        else:
+            error = record.error or {}
+            message = f"error: {error.get('type')}: {error.get('message')}"
+            say(redact(message, record.secrets))
+
+    holder.listeners.append(on_reload)
+    service.listeners.append(on_record)
+    stop, force = asyncio.Event(), asyncio.Event()
+    watch_stop = asyncio.Event()
+    watcher = asyncio.create_task(holder.watch(watch_stop))
+    stopping = asyncio.create_task(stop.wait())
+    try:
+        with stop_on_signals(stop, force):
+            ready = asyncio.create_task(holder.watching.wait())
+            await asyncio.wait({ready, watcher, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if watcher.done():
+                watcher.result()
+            if holder.program is not None:
+                new_version.set()
+            while not stop.is_set():
+                changed = asyncio.create_task(new_version.wait())
+                await asyncio.wait({changed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if stop.is_set():
+                    changed.cancel()
+                    break
+                new_version.clear()
+                program, stamp = holder.snapshot()
+                try:
+                    found = program.agent(agent).method(method or None)
+                    inputs = inputs_for(found)
+                except UsageError as exc:
+                    say(f"error: {exc}")
+                    continue
+                say(f"── {found.agent}.{found.name} on version {stamp.hash}")
+                session = SessionTrace() if trace is not None else None
+                task = service.start(agent, found.name, inputs, model=model, trace=session)
+                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if task.done() and session is not None and trace is not None:
+                    try:
+                        append_trace(trace, session, task.result().secrets)
+                    except OSError as exc:
+                        say(cannot_write(trace, exc))
+            await service.shutdown(grace_s, force)
+    finally:
+        stopping.cancel()
+        watch_stop.set()
+        await asyncio.gather(watcher, return_exceptions=True)
+        if log is not None:
+            log.close()
+    return 0

@@ -1,0 +1,350 @@
+"""The server's state, its aiohttp application, and the listening server around it.
+
+``create_app(state)`` builds the ``aiohttp.web.Application``: the middlewares below, then the
+routes each module gives (``def routes(state: ServeState) -> list[web.RouteDef]``).
+``Server(state)`` listens on ``state.host`` and passes every connection through
+``connections.ConnectionGuard`` (connection cap, header deadlines), then shuts down with a
+grace period for runs in flight.
+
+Middlewares, outermost first; each refusal is ``{"error": "..."}`` with its status:
+
+1. ``connection``: tells the connection's guard a request started and ended (the header
+   deadline stops, the idle one starts).
+2. ``errors``: aiohttp's own refusals (404, 405, 413) as JSON; any other exception is a 500
+   whose detail goes to the server's log, redacted, never to the client.
+3. ``body``: a request's body is read whole, within ``ServeLimits.body_timeout_s`` (408 and
+   the connection closed otherwise), before any other check, as a request is read whole
+   before it is answered.
+4. ``guard``: the ``Host`` and ``Origin`` checks of ``guard.origin_refusal`` (400, 403).
+5. ``auth``: with a token (``--token`` / ``OPENPROGRAM_SERVE_TOKEN``), every route needs it.
+
+How a client shows the token (for the web page, engineer C): an API client sends
+``Authorization: Bearer <token>``. A browser cannot add that header to a page it navigates
+to, so the first visit is ``GET /?token=<token>`` (any GET path works): the server answers
+``303 See Other`` to the same address without ``token``, setting the cookie
+``openprogram_token_<port>`` (HttpOnly, SameSite=Strict, Path=/), and from then on the page's
+own requests (``fetch``, ``EventSource``) carry the cookie by themselves. The page needs no
+code for it and never sees the token. The startup line prints only the address without it.
+A wrong or missing token: ``401`` with ``WWW-Authenticate: Bearer``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from aiohttp import web
+
+from ..json_types import JSONObject
+from ..redaction import redact
+from ..run.questions import PendingQuestions
+from ..run.record import run_secrets
+from ..run.reload import ProgramHolder
+from ..run.service import RunService
+from .connections import ConnectionGuard, Deadline
+from .guard import (
+    LOOPBACK_HOSTS,
+    TOKEN_COOKIE,
+    ServeLimits,
+    is_loopback,
+    origin_refusal,
+    token_matches,
+)
+from .history import RunHistory
+
+__all__ = ["MAX_BODY", "ServeState", "Server", "create_app", "error_reply"]
+
+#: The largest request body served (aiohttp's ``client_max_size``); larger ones get 413.
+MAX_BODY = 1 << 20
+
+#: Seconds a connection gets to send its answer once its run ended, at shutdown.
+SEND_GRACE_S = 5.0
+
+#: Where aiohttp reports requests it could not parse (a client's fault, answered 400): not
+#: shown, or every malformed request would print a traceback on the server's stderr.
+_PROTOCOL_LOG = logging.getLogger("openprogram_yaml.serve.protocol")
+_PROTOCOL_LOG.addHandler(logging.NullHandler())
+_PROTOCOL_LOG.propagate = False
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(slots=True)
+class ServeState:
+    """What the routes share: the program, the runs, the limits, the secrets to hide."""
+
+    holder: ProgramHolder
+    service: RunService
+    #: The model every run uses unless ``?model=`` names another (``--model``).
+    model: str | None = None
+    limits: ServeLimits = field(default_factory=ServeLimits)
+    #: The address listened on; beyond loopback a token is required.
+    host: str = "127.0.0.1"
+    #: The bearer token every request must show; None: none (loopback only). A secret.
+    token: str | None = field(default=None, repr=False)
+    #: Where the server says what it did (stderr); None: quiet.
+    log: TextIO | None = None
+    #: Opens a deadline (``asyncio.timeout``); tests pass their own.
+    deadline: Deadline = asyncio.timeout
+    history: RunHistory = field(default_factory=RunHistory)
+    #: The questions runs wait on: the service's asker when it is one.
+    questions: PendingQuestions = field(default_factory=PendingQuestions)
+    #: Set when the server shuts down: streams that never end by themselves (``/events``) end.
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The port listened on, once listening.
+    port: int = 0
+    #: The open connections (set by ``Server.start``).
+    connections: ConnectionGuard | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.service.asker, PendingQuestions):
+            self.questions = self.service.asker
+
+    @property
+    def any_host(self) -> bool:
+        """Bound beyond loopback (behind a token): any ``Host`` name is served."""
+        return not is_loopback(self.host)
+
+    @property
+    def allowed_hosts(self) -> frozenset[str]:
+        """Names served at any port: ``--allow-host`` ones and a loopback address bound."""
+        names = {h.lower() for h in self.limits.allowed_hosts}
+        if is_loopback(self.host):
+            bound = f"[{self.host}]" if ":" in self.host else self.host
+            if bound.lower() not in LOOPBACK_HOSTS:
+                names.add(bound.lower())
+        return frozenset(names)
+
+    @property
+    def token_cookie(self) -> str:
+        return f"{TOKEN_COOKIE}_{self.port}"
+
+    def secrets(self) -> frozenset[str]:
+        """Every agent's secrets and the token: never shown in a reply or the log."""
+        found: set[str] = {self.token} if self.token else set()
+        program = self.holder.program
+        if program is not None:
+            for agent in program.agents.values():
+                found |= run_secrets(agent)
+        return frozenset(found)
+
+    def redacted(self, out: JSONObject) -> JSONObject:
+        """``out`` with every secret shown as ``***`` (a question's text may hold one)."""
+        text = redact(json.dumps(out, ensure_ascii=False, default=repr), self.secrets())
+        redacted: JSONObject = json.loads(text)
+        return redacted
+
+    def say(self, line: str) -> None:
+        """A line for the server's log, secrets redacted."""
+        if self.log is not None:
+            self.log.write(redact(line, self.secrets()).rstrip("\n") + "\n")
+            self.log.flush()
+
+
+def error_reply(status: int, error: str, **headers: str) -> web.Response:
+    """A refusal: ``{"error": ...}`` with ``status``."""
+    return web.json_response({"error": error}, status=status, headers=headers or None)
+
+
+def create_app(state: ServeState) -> web.Application:
+    """The application: the middlewares the module describes, then every route."""
+    from . import runs
+
+    app = web.Application(
+        middlewares=[
+            _connection_middleware(state),
+            _error_middleware(state),
+            _body_middleware(state),
+            _guard_middleware(state),
+            _auth_middleware(state),
+        ],
+        client_max_size=MAX_BODY,
+    )
+    app.add_routes(runs.routes(state))
+    return app
+
+
+# --- middlewares ----------------------------------------------------------------------------
+
+
+def _connection_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def connection(request: web.Request, handler: Handler) -> web.StreamResponse:
+        guarded = state.connections.of(request) if state.connections else None
+        if guarded is None:
+            return await handler(request)
+        guarded.request_started()
+        try:
+            return await handler(request)
+        finally:
+            guarded.request_ended()
+
+    return connection
+
+
+def _error_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPMethodNotAllowed as exc:
+            allowed = " or ".join(sorted(exc.allowed_methods))
+            return error_reply(405, f"use {allowed} {request.path}")
+        except web.HTTPNotFound:
+            return error_reply(404, "no such route; try POST /run/{agent}/{method}, GET /agents")
+        except web.HTTPRequestEntityTooLarge:
+            return error_reply(413, f"the body may hold at most {MAX_BODY} bytes")
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise  # redirects
+            return error_reply(exc.status, exc.text or exc.reason, **_extra_headers(exc))
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception as exc:  # a bug must cost one request a 500, not the connection
+            state.say(f"500 internal error: {exc!r}")
+            return error_reply(500, f"internal error ({type(exc).__name__}); see the server's log")
+
+    return errors
+
+
+def _extra_headers(exc: web.HTTPException) -> dict[str, str]:
+    return {k: v for k, v in exc.headers.items() if k.lower() == "www-authenticate"}
+
+
+def _body_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def body(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.can_read_body:
+            seconds = state.limits.body_timeout_s
+            try:
+                async with state.deadline(seconds):
+                    await request.read()  # kept: the handler's read() returns it
+            except TimeoutError:
+                # The rest of the body may still come and be read as a request: close.
+                reply = error_reply(408, f"the request body did not arrive within {seconds:g} s")
+                reply.force_close()
+                await reply.prepare(request)
+                await reply.write_eof()
+                if request.transport is not None:
+                    request.transport.close()
+                return reply
+        return await handler(request)
+
+    return body
+
+
+def _guard_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        refusal = origin_refusal(
+            request.headers, state.port, state.allowed_hosts, any_host=state.any_host
+        )
+        if refusal is not None:
+            return error_reply(*refusal)
+        return await handler(request)
+
+    return guard
+
+
+def _auth_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        token = state.token
+        if token is None:
+            return await handler(request)
+        scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+        bearer = sent.strip() if scheme.lower() == "bearer" else None
+        if token_matches(bearer, token) or token_matches(
+            request.cookies.get(state.token_cookie), token
+        ):
+            return await handler(request)
+        if request.method == "GET" and token_matches(request.query.get("token"), token):
+            # A browser's first visit: keep the token in a cookie, out of the address bar.
+            seen = web.HTTPSeeOther(request.rel_url.without_query_params("token"))
+            seen.set_cookie(state.token_cookie, token, httponly=True, samesite="Strict", path="/")
+            return seen
+        return error_reply(
+            401,
+            "this server needs its token: send 'Authorization: Bearer <token>' "
+            "(a browser: open /?token=<token> once)",
+            **{"WWW-Authenticate": 'Bearer realm="openprogram"'},
+        )
+
+    return auth
+
+
+# --- the listening server -------------------------------------------------------------------
+
+
+class Server:
+    """``create_app(state)`` served on ``state.host``: connections guarded, shutdown graceful."""
+
+    def __init__(self, state: ServeState, app: web.Application | None = None) -> None:
+        self.state = state
+        self.app = app if app is not None else create_app(state)
+        self._runner: web.AppRunner | None = None
+        self._listening: asyncio.Server | None = None
+
+    @property
+    def questions(self) -> PendingQuestions:
+        return self.state.questions
+
+    async def start(self, port: int = 0) -> int:
+        """Listen on ``state.host``:``port`` (0: any free port); returns the port."""
+        self._runner = web.AppRunner(
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=SEND_GRACE_S,
+            logger=_PROTOCOL_LOG,
+        )
+        await self._runner.setup()
+        server = self._runner.server
+        assert server is not None
+        guard = ConnectionGuard(server, self.state.limits, self.state.deadline)
+        self.state.connections = guard
+        loop = asyncio.get_running_loop()
+        try:
+            self._listening = await loop.create_server(
+                guard, self.state.host, port, reuse_address=True
+            )
+        except OSError:
+            await self._runner.cleanup()
+            raise
+        sockets = self._listening.sockets
+        self.state.port = sockets[0].getsockname()[1] if sockets else port
+        return self.state.port
+
+    async def close(self, grace_s: float, force: asyncio.Event | None = None) -> None:
+        """Stop accepting; let runs in flight finish within ``grace_s``; answer them; close."""
+        state = self.state
+        if self._listening is not None:
+            self._listening.close()
+        state.stopping.set()  # /events streams end
+        if state.connections is not None:
+            state.connections.close_idle()
+        await state.service.shutdown(grace_s, force)
+        if self._runner is not None:
+            # Each run has ended: its connection gets a moment to send the record, then
+            # every connection closes.
+            await self._runner.cleanup()
+        if state.connections is not None:
+            for connection in list(state.connections.turned_away):
+                connection.close()
+
+
+def is_wildcard(host: str) -> bool:
+    """Whether ``host`` means every address of the machine (0.0.0.0, ::, or empty)."""
+    return host in ("", "0.0.0.0", "::")
+
+
+def shown_host(host: str) -> str:
+    """``host`` as a URL shows it: the machine's name for a wildcard, IPv6 bracketed."""
+    if is_wildcard(host):
+        return socket.gethostname()
+    return f"[{host}]" if ":" in host else host

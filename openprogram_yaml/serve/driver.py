@@ -1,0 +1,148 @@
+"""``openprogram-run serve``: load, listen, watch, and stop cleanly on Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ..errors import ConfigError
+from ..run.questions import PendingQuestions
+from ..run.record import RecordLog
+from ..run.reload import ProgramHolder, describe_failure, describe_reload
+from ..run.service import RunService
+from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
+from .app import Server, ServeState, shown_host
+from .guard import ServeLimits, is_loopback
+from .history import RunHistory
+
+__all__ = ["TOKEN_ENV", "serve", "serve_path", "token_problem"]
+
+#: The environment variable that may hold the token instead of ``--token`` (which other
+#: users of the machine can read in the process list).
+TOKEN_ENV = "OPENPROGRAM_SERVE_TOKEN"
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    sys.stderr.flush()
+
+
+def token_problem(host: str, token: str | None) -> str | None:
+    """Why serve must not start on ``host`` with ``token``, or None."""
+    if token is not None and not token.strip():
+        return "error: the token is empty; give a long random one (--token or $" + TOKEN_ENV + ")"
+    if token is None and not is_loopback(host):
+        return (
+            f"error: --host {host} lets other machines call this server, so it needs a token: "
+            f"pass --token TOKEN or set {TOKEN_ENV} (clients send 'Authorization: Bearer "
+            "TOKEN'), or leave --host at 127.0.0.1"
+        )
+    return None
+
+
+async def serve(
+    state: ServeState,
+    *,
+    port: int,
+    grace_s: float,
+    watch: bool,
+    stop: asyncio.Event,
+    force: asyncio.Event,
+    on_listening: Callable[[int], None] | None = None,
+) -> None:
+    """Serve until ``stop`` is set, then shut down cleanly (``force`` cuts the grace short)."""
+    holder = state.holder
+    holder.listeners.append(lambda event: _say(describe_reload(event)))
+    server = Server(state)
+    watcher: asyncio.Task[None] | None = None
+    watch_stop = asyncio.Event()
+    if watch:
+        watcher = asyncio.create_task(holder.watch(watch_stop))
+        ready = asyncio.create_task(holder.watching.wait())
+        await asyncio.wait({ready, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if watcher.done():
+            ready.cancel()
+            watcher.result()
+    try:
+        bound = await server.start(port)
+        program, stamp = holder.snapshot()
+        agents = ", ".join(sorted(program.agents))
+        url = f"http://{shown_host(state.host)}:{bound}/"
+        _say(
+            f"serving {agents} on {url} (version {stamp.hash}"
+            + (f"; watching {len(program.files)} files" if watch else "")
+            + ("; token required" if state.token else "")
+            + "); Ctrl-C stops"
+        )
+        if on_listening is not None:
+            on_listening(bound)
+        await stop.wait()
+        in_flight = len(state.service.in_flight)
+        if in_flight:
+            _say(f"stopping: waiting up to {grace_s:g} s for {in_flight} run(s) in flight")
+        await server.close(grace_s, force)
+    finally:
+        watch_stop.set()
+        if watcher is not None:
+            await asyncio.gather(watcher, return_exceptions=True)
+    _say("stopped")
+
+
+async def serve_path(
+    path: Path,
+    *,
+    port: int,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    model: str | None = None,
+    records: Path | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+    watch: bool = True,
+    live_tools: bool = False,
+    limits: ServeLimits | None = None,
+    approve_all: bool = False,
+) -> int:
+    """``openprogram-run serve``: the exit status (0 after a clean shutdown, 2 bad config or
+    flags). Runs ask their questions over HTTP (``/questions``); ``approve_all`` is ``--yes``.
+    ``token`` None reads ``OPENPROGRAM_SERVE_TOKEN``."""
+    if token is None:
+        token = os.environ.get(TOKEN_ENV) or None
+    problem = token_problem(host, token)
+    if problem is not None:
+        _say(problem)
+        return 2
+    holder = ProgramHolder(path, ignore=[records] if records else ())
+    try:
+        await asyncio.to_thread(holder.load)
+    except ConfigError as exc:
+        _say(describe_failure(exc.diagnostics) + " Nothing to serve.")
+        return 2
+    log = RecordLog(records) if records else None
+    questions = PendingQuestions()
+    service = RunService(
+        holder.snapshot, log, live_tools=live_tools, asker=questions, approve_all=approve_all
+    )
+    state = ServeState(
+        holder,
+        service,
+        model=model,
+        limits=limits or ServeLimits(),
+        host=host,
+        token=token,
+        log=sys.stderr,
+        history=RunHistory(records=records),
+    )
+    stop, force = asyncio.Event(), asyncio.Event()
+    try:
+        with stop_on_signals(stop, force):
+            await serve(state, port=port, grace_s=grace_s, watch=watch, stop=stop, force=force)
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        _say(f"error: cannot listen on {shown_host(host)}:{port}: {exc.strerror or exc}")
+        return 2
+    finally:
+        if log is not None:
+            log.close()
+    return 0

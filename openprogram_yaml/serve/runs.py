@@ -1,0 +1,348 @@
+"""The routes of runs: running a method, what serves, the questions runs wait on, the reload
+notices and the history of runs.
+
+    POST /run/{agent}/{method}[?model=M]   body: the inputs as a JSON object → the run record
+                                           (Accept: text/event-stream: the run's events, then
+                                           ``event: record``)
+    GET  /health                           status, the serving version, runs in flight
+    GET  /version                          the serving version, its files, the last reload
+    GET  /agents                           agents, their methods and inputs
+    GET  /questions                        the questions runs wait on
+    POST /questions/{id}/answer            {"answer": ...}
+    POST /questions/{id}/decline
+    GET  /events                           reload notices as server-sent events
+    GET  /runs                             the runs served (and those of --records), newest first
+    GET  /runs/{id}                        one run's record and trace
+
+A run's HTTP status: 200 ok, 400 bad inputs, 404 no such agent or method, 502 the model call
+failed, 500 any other failure, 503 interrupted by shutdown. The body is always the record. A
+streamed run answers 200 at once; its outcome is the record's ``status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from functools import partial
+
+from aiohttp import web
+
+from ..compile.program import Program
+from ..json_types import JSONObject, JSONValue
+from ..redaction import redact
+from ..run.questions import question_list
+from ..run.record import RunRecord
+from ..run.reload import ReloadEvent, describe_reload
+from ..runtime.trace import SessionTrace
+from .app import ServeState, error_reply
+from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
+from .sse import EventStream, wants_events
+
+__all__ = ["KEEPALIVE_S", "reload_notice", "routes"]
+
+#: Seconds between keep-alive comments on an idle ``/events`` stream: under the 60 s after
+#: which common proxies (nginx, load balancers) cut a silent connection.
+KEEPALIVE_S = 15.0
+
+
+def routes(state: ServeState) -> list[web.RouteDef]:
+    def get(path: str, body: Callable[[ServeState], JSONObject]) -> web.RouteDef:
+        async def handler(_: web.Request) -> web.Response:
+            return _json(body(state))
+
+        return web.get(path, handler)
+
+    return [
+        get("/health", _health),
+        get("/version", _version),
+        get("/agents", _agents),
+        get("/questions", lambda s: s.redacted(question_list(s.questions))),
+        get("/runs", lambda s: {"runs": list[JSONValue](s.history.summaries())}),
+        web.post("/questions/{id}/{action:answer|decline}", partial(_reply, state)),
+        web.post("/run/{agent}/{method}", partial(_run, state)),
+        web.get("/events", partial(_events, state)),
+        web.get("/runs/{id}", partial(_one_run, state)),
+    ]
+
+
+def _json(body: JSONObject, status: int = 200) -> web.Response:
+    return web.json_response(body, status=status, dumps=_dumps)
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+# --- what serves ------------------------------------------------------------------------
+
+
+def _health(state: ServeState) -> JSONObject:
+    holder = state.holder
+    return {
+        "status": "ok" if holder.failure is None else "reload_failed",
+        "version": holder.snapshot()[1].to_dict(),
+        "in_flight": len(state.service.in_flight),
+        "reload": _reload_report(state),
+    }
+
+
+def _reload_report(state: ServeState) -> JSONObject:
+    """The last reload's outcome: ok or failed, when, and what it said."""
+    holder = state.holder
+    at = holder.checked_at.isoformat(timespec="seconds") if holder.checked_at else None
+    serving = holder.program.version if holder.program is not None else None
+    failure = holder.failure
+    if failure is None:
+        return {"status": "ok", "at": at, "message": f"serving version {serving}"}
+    more = f" (and {len(failure) - 1} more)" if len(failure) > 1 else ""
+    return state.redacted(
+        {
+            "status": "failed",
+            "at": at,
+            "message": f"{failure[0]}{more}; still serving version {serving}",
+            "diagnostics": [str(d) for d in failure],
+        }
+    )
+
+
+def _version(state: ServeState) -> JSONObject:
+    program, stamp = state.holder.snapshot()
+    files: list[JSONValue] = []
+    for path in sorted(program.files):
+        try:
+            files.append(path.relative_to(program.root).as_posix())
+        except ValueError:
+            files.append(str(path))
+    return {"version": stamp.to_dict(), "files": files, "reload": _reload_report(state)}
+
+
+def _agents(state: ServeState) -> JSONObject:
+    program, _ = state.holder.snapshot()
+    out: JSONObject = {}
+    for agent in program.agents.values():
+        out[agent.name] = {
+            "description": agent.description,
+            "methods": {
+                m.name: {"description": m.description, "inputs": dict(m.inputs)}
+                for m in agent.methods.values()
+            },
+        }
+    return state.redacted(out)
+
+
+# --- questions --------------------------------------------------------------------------
+
+
+async def _reply(state: ServeState, request: web.Request) -> web.Response:
+    """``POST /questions/{id}/answer`` with ``{"answer": …}`` and ``/decline``, both sent as
+    JSON (so no web page of another site can post them)."""
+    unsupported = media_refusal(request.headers.get("Content-Type"))
+    if unsupported is not None:
+        return error_reply(415, unsupported)
+    key, action = request.match_info["id"], request.match_info["action"]
+    board = state.questions
+    try:
+        if action == "decline":
+            board.decline(key)
+            return _json({"id": key, "declined": True})
+        try:
+            body = json.loads(await request.read() or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            return error_reply(400, 'the body must be JSON: {"answer": …}')
+        if not isinstance(body, dict) or "answer" not in body:
+            return error_reply(400, 'the body must be a JSON object {"answer": …}')
+        problem = board.reply(key, body["answer"])
+    except KeyError:
+        return error_reply(404, f"no question '{key}' is waiting; GET /questions lists them")
+    if problem is not None:
+        return error_reply(400, problem)
+    return _json({"id": key, "answered": True})
+
+
+# --- runs -------------------------------------------------------------------------------
+
+
+def _status_of(record: RunRecord) -> int:
+    if record.status == "ok":
+        return 200
+    if record.status == "interrupted":
+        return 503
+    kind = (record.error or {}).get("type", "")
+    if record.exit_code == 2:
+        return 400
+    return 502 if kind == "LLMError" else 500
+
+
+def _models(state: ServeState, program: Program) -> set[str]:
+    """The models the project's agents and methods name, and the server's ``--model``."""
+    names = {state.model} if state.model else set()
+    for agent in program.agents.values():
+        names.update(m.options.model for m in agent.methods.values() if m.options.model)
+        if agent.model:
+            names.add(agent.model)
+    return names
+
+
+async def _run(state: ServeState, request: web.Request) -> web.StreamResponse:
+    unsupported = media_refusal(request.headers.get("Content-Type"))
+    if unsupported is not None:
+        return error_reply(415, unsupported)
+    agent, method = request.match_info["agent"], request.match_info["method"]
+    program, _ = state.holder.snapshot()
+    found = program.agents.get(agent)
+    if found is None or method not in found.methods:
+        what = f"agent '{agent}'" if found is None else f"method '{method}' of '{agent}'"
+        return error_reply(404, f"no {what}; GET /agents lists them")
+    too_deep = f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH}"
+    try:
+        inputs = json.loads(await request.read() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return error_reply(400, f"the body is not JSON: {exc}")
+    except RecursionError:
+        return error_reply(400, too_deep)
+    if not isinstance(inputs, dict):
+        return error_reply(400, "the body must be a JSON object of input names to values")
+    if nests_deeper(inputs, MAX_JSON_DEPTH):
+        return error_reply(400, too_deep)
+    model = state.model
+    if "model" in request.query:
+        model = request.query.getall("model")[-1]
+        allowed = _models(state, program)
+        if not state.limits.allow_model_override and model not in allowed:
+            return error_reply(
+                403,
+                "?model= may only name a model this project uses "
+                f"({', '.join(sorted(allowed)) or 'none'}); "
+                "start serve with --allow-model-override to allow any",
+            )
+    if state.service.closing:
+        return error_reply(503, "the server is shutting down")
+    trace = SessionTrace()
+    events: asyncio.Queue[JSONObject] | None = None
+    if wants_events(request):
+        events = asyncio.Queue()
+    task = state.service.start(
+        agent,
+        method,
+        inputs,
+        model=model,
+        trace=trace,
+        on_event=events.put_nowait if events is not None else None,
+    )
+    task.add_done_callback(lambda done: _remember(state, done, trace))
+    if events is not None:
+        return await _stream_run(state, request, task, events)
+    # Shielded: the run belongs to the service, which finishes or interrupts it on
+    # shutdown; a dropped connection must not cancel it half-way.
+    record = await asyncio.shield(task)
+    status = _status_of(record)
+    _log_run(state, status, record)
+    return web.Response(
+        status=status,
+        text=redact(record.to_json(), state.secrets()),
+        content_type="application/json",
+    )
+
+
+def _remember(state: ServeState, task: asyncio.Task[RunRecord], trace: SessionTrace) -> None:
+    """Keep the finished run in the history (whether or not its client is still there)."""
+    if not task.cancelled() and task.exception() is None:
+        state.history.add(task.result(), trace)
+
+
+def _log_run(state: ServeState, status: int, record: RunRecord) -> None:
+    state.say(
+        f"{status} {record.agent}.{record.method} {record.status} "
+        f"{record.elapsed_s * 1000:.0f} ms version {record.version.hash}"
+    )
+
+
+async def _stream_run(
+    state: ServeState,
+    request: web.Request,
+    task: asyncio.Task[RunRecord],
+    events: asyncio.Queue[JSONObject],
+) -> web.StreamResponse:
+    """The run's events as server-sent events as they come, then ``event: record``.
+
+    A client that goes away stops the stream, never the run (it belongs to the service)."""
+    secrets = state.secrets()
+    stream = await EventStream.start(request)
+    while True:
+        next_event = asyncio.ensure_future(events.get())
+        await asyncio.wait({next_event, task}, return_when=asyncio.FIRST_COMPLETED)
+        if not next_event.done():
+            next_event.cancel()
+            break
+        if not await _send_event(stream, next_event.result(), secrets):
+            return await stream.end()
+    while not events.empty():
+        if not await _send_event(stream, events.get_nowait(), secrets):
+            return await stream.end()
+    record = await asyncio.shield(task)
+    _log_run(state, _status_of(record), record)
+    await stream.send("record", redact(record.to_json(), secrets))
+    return await stream.end()
+
+
+async def _send_event(stream: EventStream, event: JSONObject, secrets: frozenset[str]) -> bool:
+    kind = str(event.get("type", "message"))
+    data = redact(json.dumps(event, ensure_ascii=False, default=repr), secrets)
+    return await stream.send(kind, data)
+
+
+# --- reload notices ---------------------------------------------------------------------
+
+
+def reload_notice(event: ReloadEvent) -> JSONObject:
+    """What ``/events`` says of a reload (before redaction)."""
+    return {
+        "status": event.status,
+        "version": event.version,
+        "previous": event.previous,
+        "diagnostics": [str(d) for d in event.diagnostics],
+        "changed": [p.name for p in event.changed],
+        "compile_s": round(event.compile_s, 4),
+        "message": describe_reload(event),
+    }
+
+
+async def _events(state: ServeState, request: web.Request) -> web.StreamResponse:
+    """Reload notices as they happen, after one ``event: version`` saying what serves now;
+    a ``: keep-alive`` comment every ``KEEPALIVE_S`` of silence; ends on shutdown."""
+    notices: asyncio.Queue[ReloadEvent] = asyncio.Queue()
+    state.holder.listeners.append(notices.put_nowait)
+    try:
+        stream = await EventStream.start(request)
+        first = {"version": _version(state)["version"], "reload": _reload_report(state)}
+        alive = await stream.send("version", _dumps(first))
+        stopping = asyncio.ensure_future(state.stopping.wait())
+        try:
+            while alive and not state.stopping.is_set():
+                notice = asyncio.ensure_future(notices.get())
+                try:
+                    async with state.deadline(KEEPALIVE_S):
+                        await asyncio.wait({notice, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                except TimeoutError:
+                    pass
+                if notice.done():
+                    data = _dumps(state.redacted(reload_notice(notice.result())))
+                    alive = await stream.send("reload", data)
+                else:
+                    notice.cancel()
+                    if not state.stopping.is_set():
+                        alive = await stream.comment()
+        finally:
+            stopping.cancel()
+        return await stream.end()
+    finally:
+        state.holder.listeners.remove(notices.put_nowait)
+
+
+async def _one_run(state: ServeState, request: web.Request) -> web.Response:
+    run_id = request.match_info["id"]
+    found = state.history.get(run_id)
+    if found is None:
+        return error_reply(404, f"no run '{run_id}' is known; GET /runs lists them")
+    return _json(found)
