@@ -153,11 +153,13 @@ def error_reply(status: int, error: str, **headers: str) -> web.Response:
 
 def create_app(state: ServeState) -> web.Application:
     """The application: the middlewares the module describes, then every route."""
-    from . import runs
+    from . import openai_api, runs
+    from . import web as web_page
 
     app = web.Application(
         middlewares=[
             _connection_middleware(state),
+            openai_api.openai_errors,  # the refusals below, for /v1/ in OpenAI's shape
             _error_middleware(state),
             _body_middleware(state),
             _guard_middleware(state),
@@ -166,6 +168,8 @@ def create_app(state: ServeState) -> web.Application:
         client_max_size=MAX_BODY,
     )
     app.add_routes(runs.routes(state))
+    app.add_routes(openai_api.routes(state))
+    app.add_routes(web_page.routes(state))
     return app
 
 

@@ -40,7 +40,7 @@ import difflib
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -48,11 +48,14 @@ from aiohttp import web
 
 from ..json_types import JSONObject, JSONValue
 from ..redaction import MIN_SECRET_LEN, redact
-from ..run.record import RunRecord, run_secrets
+from ..run.record import RunRecord
+from ..runtime.trace import SessionTrace
 from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
+from .sse import EventStream
 
 if TYPE_CHECKING:
     from ..compile.program import Method, Program
+    from ..run.events import Observer
     from .app import ServeState
 
 __all__ = [
@@ -65,6 +68,7 @@ __all__ = [
     "method_inputs",
     "model_table",
     "models_list",
+    "openai_errors",
     "parse_chat_request",
     "record_error",
     "routes",
@@ -139,7 +143,7 @@ def find_method(program: Program, name: str) -> Method:
     method = table.get(name)
     if method is not None:
         return method
-    near = difflib.get_close_matches(name, table, n=3)
+    near = difflib.get_close_matches(name, table, n=3, cutoff=0.75)
     hint = f"did you mean {', '.join(repr(n) for n in near)}? " if near else ""
     raise OpenAIError(
         404,
@@ -351,12 +355,13 @@ def chunk(
     return out
 
 
-def record_error(record: RunRecord) -> OpenAIError:
+def record_error(record: RunRecord, secrets: Iterable[str] = ()) -> OpenAIError:
     """A failed run as an OpenAI error: bad inputs 400, the model's failure 502, shutdown
-    503, anything else 500; the message is the record's, secrets redacted."""
+    503, anything else 500; the message is the record's, its secrets and ``secrets``
+    redacted."""
     error = record.error or {}
     kind = str(error.get("type") or "Error")
-    message = redact(f"{kind}: {error.get('message')}", record.secrets)
+    message = redact(f"{kind}: {error.get('message')}", record.secrets | set(secrets))
     if record.status == "interrupted":
         return OpenAIError(503, message, type="server_error", code="interrupted")
     if record.exit_code == 2:
@@ -428,6 +433,44 @@ def routes(state: ServeState) -> list[web.RouteDef]:
     ]
 
 
+#: The ``type`` of an error by its status, as OpenAI's API names them.
+_ERROR_TYPES = {401: "invalid_request_error", 403: "invalid_request_error", 408: "timeout"}
+_ERROR_CODES = {401: "invalid_api_key", 403: "forbidden", 404: "unknown_url", 408: "timeout"}
+
+
+@web.middleware
+async def openai_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """The server's own refusals of a ``/v1/`` request (no token, a foreign ``Origin``, an
+    unknown route …: ``{"error": "..."}``) in OpenAI's error shape, which its clients read."""
+    response = await handler(request)
+    if (
+        not request.path.startswith("/v1/")
+        or response.status < 400
+        or response.prepared
+        or not isinstance(response, web.Response)
+        or response.content_type != "application/json"
+        or not isinstance(response.body, bytes)
+    ):
+        return response
+    try:
+        body = json.loads(response.body)
+    except ValueError:
+        return response
+    if not isinstance(body, dict) or not isinstance(body.get("error"), str):
+        return response
+    status = response.status
+    error = OpenAIError(
+        status,
+        body["error"],
+        type=_ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+        code=_ERROR_CODES.get(status),
+    )
+    response.body = json.dumps(error.body(), ensure_ascii=False).encode("utf-8")
+    return response
+
+
 def _created(state: ServeState) -> int:
     """When the serving version was loaded: the "created" of every model."""
     checked = state.holder.checked_at
@@ -455,33 +498,25 @@ async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
     inputs = method_inputs(method, chat.text)
     if state.service.closing:
         raise OpenAIError(503, "The server is shutting down.", type="server_error")
+    secrets = state.secrets()
     created = int(time.time())
     if not chat.stream:
-        task = state.service.start(method.agent, method.name, inputs, model=state.model)
-        # Shielded: the run belongs to the service; a dropped client must not cancel it.
-        record = await asyncio.shield(task)
+        record = await _run(state, method, inputs)
         if record.status != "ok":
-            return _error_response(record_error(record))
+            return _error_response(record_error(record, secrets))
         body = json.dumps(chat_completion(record, chat.model, created), ensure_ascii=False)
-        return web.Response(
-            text=redact(body, record.secrets), content_type="application/json", charset="utf-8"
-        )
-    stream = _ChatStream(program, method, run_secrets(program.agents[method.agent]))
+        return web.Response(text=redact(body, secrets), content_type="application/json")
     events: asyncio.Queue[JSONObject | None] = asyncio.Queue()
-    task = state.service.start(
-        method.agent, method.name, inputs, model=state.model, on_event=events.put_nowait
-    )
+    task = _start(state, method, inputs, on_event=events.put_nowait)
     task.add_done_callback(lambda _: events.put_nowait(None))
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-    )
-    await response.prepare(request)
+    stream = _ChatStream(program, method, secrets)
+    sse = _ChunkStream((await EventStream.start(request)).response)
     completion = f"chatcmpl-{uuid.uuid4().hex[:16]}"
 
     async def send(
         delta: JSONObject | None, finish: str | None = None, usage: JSONObject | None = None
-    ) -> None:
-        body = chunk(
+    ) -> bool:
+        data = chunk(
             completion,
             chat.model,
             created,
@@ -490,29 +525,63 @@ async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
             fingerprint=stamp.hash,
             usage=usage,
         )
-        await response.write(f"data: {json.dumps(body, ensure_ascii=False)}\n\n".encode())
+        return await sse.send_data(json.dumps(data, ensure_ascii=False))
 
-    try:
-        await send({"role": "assistant", "content": ""})
-        while (event := await events.get()) is not None:
-            text = stream.take(event)
-            if text:
-                await send({"content": text})
-        record = task.result()
-        if record.status != "ok":
-            error = json.dumps(record_error(record).body(), ensure_ascii=False)
-            await response.write(f"data: {error}\n\n".encode())
-            return response
-        rest = stream.finish(content_of(record.output))
-        if rest:
-            await send({"content": rest})
-        await send({}, finish="stop")
-        if chat.include_usage:
-            await send(None, usage=usage_of(record.usage))
-        await response.write(b"data: [DONE]\n\n")
-    except ConnectionError:
-        pass  # the client left; the run goes on and is recorded
-    return response
+    if not await send({"role": "assistant", "content": ""}):
+        return await sse.end()
+    while (event := await events.get()) is not None:
+        text = stream.take(event)
+        if text and not await send({"content": text}):
+            return await sse.end()  # the client left; the run goes on and is recorded
+    record = await asyncio.shield(task)
+    if record.status != "ok":
+        await sse.send_data(json.dumps(record_error(record, secrets).body(), ensure_ascii=False))
+        return await sse.end()
+    rest = stream.finish(content_of(record.output))
+    sent = not rest or await send({"content": rest})
+    sent = sent and await send({}, finish="stop")
+    if sent and chat.include_usage:
+        sent = await send(None, usage=usage_of(record.usage))
+    if sent:
+        await sse.send_data("[DONE]")
+    return await sse.end()
+
+
+def _start(
+    state: ServeState, method: Method, inputs: Mapping[str, JSONValue], on_event: Observer | None
+) -> asyncio.Task[RunRecord]:
+    """Start a run as ``POST /run`` does: traced, kept in the history, logged."""
+    trace = SessionTrace()
+    task = state.service.start(
+        method.agent, method.name, inputs, model=state.model, trace=trace, on_event=on_event
+    )
+
+    def remember(done: asyncio.Task[RunRecord]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        record = done.result()
+        state.history.add(record, trace)
+        status = 200 if record.status == "ok" else record_error(record, frozenset()).status
+        state.say(
+            f"{status} {record.agent}.{record.method} {record.status} "
+            f"{record.elapsed_s * 1000:.0f} ms version {record.version.hash} (/v1)"
+        )
+
+    task.add_done_callback(remember)
+    return task
+
+
+async def _run(state: ServeState, method: Method, inputs: Mapping[str, JSONValue]) -> RunRecord:
+    # Shielded: the run belongs to the service; a dropped client must not cancel it.
+    return await asyncio.shield(_start(state, method, inputs, on_event=None))
+
+
+class _ChunkStream(EventStream):
+    """Chat Completions streams are data-only events (no ``event:`` line), ``[DONE]`` last."""
+
+    async def send_data(self, data: str) -> bool:
+        """Send ``data: <data>``; False when the client has gone."""
+        return await self._write(f"data: {data}\n\n")
 
 
 class _ChatStream:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import queue
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import openai as openai_sdk
 import pytest
+from loopback import LoopbackServer, openai_sse, sse_reply, status_reply
+from loopback import chat_completion as chat_completion_body
+from openai import AsyncOpenAI, OpenAI
 from openai.types import Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.run.record import RunRecord
+from openprogram_yaml.run.reload import ProgramHolder
+from openprogram_yaml.run.service import RunService
 from openprogram_yaml.run.version import VersionStamp
+from openprogram_yaml.serve.app import Server, ServeState
 from openprogram_yaml.serve.openai_api import (
     OpenAIError,
     StreamRedactor,
@@ -213,3 +227,299 @@ def test_a_secret_split_across_streamed_pieces_is_still_redacted(size: int) -> N
     out = "".join(pieces) + redactor.flush()
     assert out == "key *** and ***x and sk-live-0 at the end ***23"
     assert StreamRedactor(()).feed("sk-live-0123456789") == "sk-live-0123456789"
+
+
+# --- the endpoint, called by the openai SDK ----------------------------------------------
+
+
+@contextmanager
+def serving(agent: Path, token: str | None = None) -> Iterator[str]:
+    """The server on 127.0.0.1, in a thread with its own event loop (the sync client blocks
+    the thread it runs in); yields the base URL the SDK takes (``.../v1``)."""
+    holder = ProgramHolder(agent)
+    holder.load()
+    started: queue.Queue[tuple[asyncio.AbstractEventLoop, asyncio.Event, int] | BaseException]
+    started = queue.Queue()
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        state = ServeState(holder, RunService(holder.snapshot), token=token)
+        server = Server(state)
+        try:
+            port = await server.start(0)
+        except BaseException as exc:
+            started.put(exc)
+            raise
+        started.put((asyncio.get_running_loop(), stop, port))
+        await stop.wait()
+        await server.close(grace_s=0)
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    got = started.get(timeout=30)
+    if isinstance(got, BaseException):
+        raise got
+    loop, stop, port = got
+    try:
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=30)
+
+
+def client(url: str, api_key: str = "unused") -> OpenAI:
+    # No retries: a test that expects an error must not wait for the SDK's backoff.
+    return OpenAI(base_url=url, api_key=api_key, max_retries=0)
+
+
+def async_client(url: str, api_key: str = "unused") -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=url, api_key=api_key, max_retries=0)
+
+
+ASK = [{"role": "system", "content": "ignored"}, {"role": "user", "content": "my printer"}]
+
+
+def test_the_sync_client_runs_a_method_and_reads_its_answer_and_usage(write) -> None:  # type: ignore[no-untyped-def]
+    with serving(write("desk.yaml", DESK)) as url, client(url) as openai:
+        completion = openai.chat.completions.create(model="desk.answer", messages=ASK)  # type: ignore[arg-type]
+        bare = openai.chat.completions.create(model="answer", messages=ASK)  # type: ignore[arg-type]
+    assert completion.object == "chat.completion" and completion.model == "desk.answer"
+    [choice] = completion.choices
+    assert choice.message.role == "assistant" and choice.finish_reason == "stop"
+    assert choice.message.content == "test reply to: Answer: my printer"
+    assert bare.choices[0].message.content == choice.message.content
+    usage = completion.usage
+    assert usage is not None and usage.prompt_tokens > 0 and usage.completion_tokens > 0
+    assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert completion.id.startswith("chatcmpl-") and completion.id != bare.id
+
+
+def test_the_async_client_runs_methods_concurrently(write) -> None:  # type: ignore[no-untyped-def]
+    async def ask(url: str) -> list[str | None]:
+        async with async_client(url) as openai:
+            replies = await asyncio.gather(
+                *(
+                    openai.chat.completions.create(
+                        model="desk.answer", messages=[{"role": "user", "content": f"t{i}"}]
+                    )
+                    for i in range(5)
+                )
+            )
+        return [r.choices[0].message.content for r in replies]
+
+    with serving(write("desk.yaml", DESK)) as url:
+        contents = asyncio.run(ask(url))
+    assert contents == [f"test reply to: Answer: t{i}" for i in range(5)]
+
+
+def test_a_response_schema_answers_its_json_as_the_content(write) -> None:  # type: ignore[no-untyped-def]
+    with serving(write("desk.yaml", DESK)) as url, client(url) as openai:
+        completion = openai.chat.completions.create(model="desk.label", messages=ASK)  # type: ignore[arg-type]
+        stream = openai.chat.completions.create(model="desk.label", messages=ASK, stream=True)  # type: ignore[arg-type]
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    content = completion.choices[0].message.content
+    assert content is not None
+    label = json.loads(content)
+    assert label["label"] in ("bug", "question") and isinstance(label["urgent"], bool)
+    assert content == json.dumps(label, separators=(",", ":"))
+    assert streamed == content
+
+
+def test_a_stream_is_chunks_role_content_finish_usage(write) -> None:  # type: ignore[no-untyped-def]
+    with serving(write("desk.yaml", DESK)) as url, client(url) as openai:
+        chunks = list(
+            openai.chat.completions.create(
+                model="desk.answer",
+                messages=ASK,  # type: ignore[arg-type]
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        plain = list(openai.chat.completions.create(model="desk.answer", messages=ASK, stream=True))  # type: ignore[arg-type]
+    assert all(c.object == "chat.completion.chunk" and c.model == "desk.answer" for c in chunks)
+    assert len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "test reply to: Answer: my printer"
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finish[-1] == "stop" and set(finish[:-1]) == {None}
+    usage = chunks[-1]
+    assert usage.choices == [] and usage.usage is not None and usage.usage.total_tokens > 0
+    assert plain[-1].choices[0].finish_reason == "stop" and plain[-1].usage is None
+
+
+def test_the_async_client_streams(write) -> None:  # type: ignore[no-untyped-def]
+    async def stream(url: str) -> str:
+        async with async_client(url) as openai:
+            chunks = await openai.chat.completions.create(
+                model="desk.answer",
+                messages=ASK,
+                stream=True,  # type: ignore[arg-type]
+            )
+            return "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+
+    with serving(write("desk.yaml", DESK)) as url:
+        assert asyncio.run(stream(url)) == "test reply to: Answer: my printer"
+
+
+def test_the_models_are_the_methods(write) -> None:  # type: ignore[no-untyped-def]
+    with serving(write("desk.yaml", DESK)) as url, client(url) as openai:
+        models = {m.id: m for m in openai.models.list()}
+    assert "desk.label" in models and "label" in models
+    assert models["desk.label"].owned_by == "openprogram"
+    assert models["desk.label"].model_extra == {"description": "Label a ticket."}
+
+
+def test_errors_are_openai_errors(write) -> None:  # type: ignore[no-untyped-def]
+    with serving(write("desk.yaml", DESK)) as url, client(url) as openai:
+        with pytest.raises(openai_sdk.NotFoundError) as missing:
+            openai.chat.completions.create(model="desk.labl", messages=ASK)  # type: ignore[arg-type]
+        with pytest.raises(openai_sdk.NotFoundError):
+            openai.chat.completions.create(model="nope", messages=ASK, stream=True)  # type: ignore[arg-type]
+        with pytest.raises(openai_sdk.BadRequestError) as not_json:
+            openai.chat.completions.create(model="desk.quote", messages=ASK)  # type: ignore[arg-type]
+        with pytest.raises(openai_sdk.BadRequestError) as invalid:
+            openai.chat.completions.create(
+                model="desk.quote",
+                messages=[{"role": "user", "content": '{"item": "pen", "count": "two"}'}],
+            )
+        with pytest.raises(openai_sdk.BadRequestError) as no_user:
+            openai.chat.completions.create(model="desk.answer", messages=ASK[:1])  # type: ignore[arg-type]
+        with pytest.raises(openai_sdk.NotFoundError) as no_route:
+            openai.completions.create(model="desk.answer", prompt="legacy completions")
+    assert missing.value.code == "model_not_found" and missing.value.param == "model"
+    assert "did you mean 'desk.label'?" in missing.value.message
+    assert "takes inputs item, count" in not_json.value.message
+    assert invalid.value.code == "invalid_inputs" and "count" in invalid.value.message
+    assert "must hold a user message" in no_user.value.message
+    assert no_route.value.type == "invalid_request_error"
+    for error in (missing, not_json, invalid, no_user, no_route):
+        assert set(error.value.body) == {"message", "type", "param", "code"}  # type: ignore[arg-type]
+
+
+def test_a_token_protected_server_takes_the_token_as_the_api_key(write) -> None:  # type: ignore[no-untyped-def]
+    token = "serve-token-0123456789"
+    with serving(write("desk.yaml", DESK), token=token) as url:
+        with client(url, api_key=token) as openai:
+            completion = openai.chat.completions.create(model="desk.answer", messages=ASK)  # type: ignore[arg-type]
+        with (
+            client(url, api_key="wrong-token") as openai,
+            pytest.raises(openai_sdk.AuthenticationError) as refused,
+        ):
+            openai.models.list()
+    assert completion.choices[0].message.content == "test reply to: Answer: my printer"
+    assert refused.value.status_code == 401 and refused.value.code == "invalid_api_key"
+    assert refused.value.type == "invalid_request_error"
+    assert "Authorization: Bearer" in refused.value.message and token not in str(refused.value.body)
+
+
+ROUTER = """
+version: 1
+name: router
+model: test
+methods:
+  triage:
+    inputs: {ticket: {type: string}}
+    prompt: "Sort: {{ ticket }}"
+    choices:
+      answer: {method: answer, description: Answer it.}
+  answer:
+    inputs: {ticket: {type: string}}
+    prompt: "Answer: {{ ticket }}"
+"""
+
+
+def test_a_method_picking_another_streams_the_answer_of_the_one_it_picked(write) -> None:  # type: ignore[no-untyped-def]
+    with serving(write("router.yaml", ROUTER)) as url, client(url) as openai:
+        whole = openai.chat.completions.create(model="triage", messages=ASK)  # type: ignore[arg-type]
+        stream = openai.chat.completions.create(model="triage", messages=ASK, stream=True)  # type: ignore[arg-type]
+        pieces = [c.choices[0].delta.content for c in stream if c.choices]
+    assert whole.choices[0].message.content == "test reply to: Answer: my printer"
+    assert "".join(p or "" for p in pieces) == whole.choices[0].message.content
+
+
+RELAY = """
+version: 1
+name: relay
+model: local:llama3
+runtimes:
+  - match: "local:*"
+    runtime: openai
+    options: {base_url: "%s/v1", api_key: "${env:RELAY_KEY}"}
+methods:
+  ask:
+    inputs: {question: {type: string}}
+    prompt: "{{ question }}"
+"""
+
+RELAY_KEY = "rk-secret-0123456789"
+
+
+def delta_chunk(content: str | None, finish: str | None = None) -> dict[str, Any]:
+    delta = {} if content is None else {"content": content}
+    return {
+        "id": "chatcmpl-up",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": "llama3",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def test_a_model_servers_streamed_deltas_pass_through_with_secrets_redacted(
+    write, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """An agent served by the openai runtime against the loopback chat server: each delta
+    the upstream streams is a chunk of ours, and its key, echoed across two deltas, is not."""
+    monkeypatch.setenv("RELAY_KEY", RELAY_KEY)
+    upstream = ["Hel", "lo, your key is ", RELAY_KEY[:6], RELAY_KEY[6:], " - done"]
+    usage = {**delta_chunk(None), "choices": [], "usage": chat_completion_body()["usage"]}
+    with LoopbackServer() as server:
+        server.add(
+            sse_reply(openai_sse([*map(delta_chunk, upstream), delta_chunk(None, "stop"), usage]))
+        )
+        with serving(write("relay.yaml", RELAY % server.url)) as url, client(url) as openai:
+            chunks = list(
+                openai.chat.completions.create(
+                    model="ask",
+                    messages=[{"role": "user", "content": "hi"}],
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
+        [sent] = server.requests
+    assert sent.json["stream"] is True and sent.json["messages"][-1]["content"] == "hi"
+    pieces = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
+    assert pieces[:2] == ["Hel", "lo, your key is "]  # one chunk per upstream delta
+    assert "".join(pieces) == "Hello, your key is *** - done"
+    assert chunks[-1].usage is not None
+    assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (31, 9)
+
+
+def test_a_run_that_fails_mid_stream_ends_with_an_error_event(
+    write, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("RELAY_KEY", RELAY_KEY)
+    refusal = {"error": {"message": f"key {RELAY_KEY} is not allowed", "type": "auth"}}
+    with LoopbackServer() as server:
+        server.add(status_reply(400, refusal), status_reply(400, refusal))
+        with serving(write("relay.yaml", RELAY % server.url)) as url, client(url) as openai:
+            stream = openai.chat.completions.create(
+                model="relay.ask", messages=[{"role": "user", "content": "hi"}], stream=True
+            )
+            first = next(iter(stream))
+            with pytest.raises(openai_sdk.APIError) as failed:
+                list(stream)
+            with pytest.raises(openai_sdk.InternalServerError) as whole:
+                openai.chat.completions.create(
+                    model="relay.ask", messages=[{"role": "user", "content": "hi"}]
+                )
+    assert first.choices[0].delta.role == "assistant"
+    assert failed.value.message.startswith("LLMError: ")
+    assert (
+        RELAY_KEY not in failed.value.message and "key *** is not allowed" in failed.value.message
+    )
+    assert whole.value.status_code == 502 and whole.value.code == "LLMError"
+    assert RELAY_KEY not in whole.value.message
