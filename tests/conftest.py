@@ -13,10 +13,10 @@ import pytest
 def _clean_env(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """Keep the developer's model and key settings out of tests, and give each test a
-    compile cache of its own (never the developer's)."""
+    """Keep the developer's model, key and OpenTelemetry settings out of tests, and give each
+    test a compile cache of its own (never the developer's)."""
     for name in list(os.environ):
-        if name.startswith(("OPENPROGRAM_", "OPENAI_", "ANTHROPIC_")):
+        if name.startswith(("OPENPROGRAM_", "OPENAI_", "ANTHROPIC_", "OTEL_")):
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OPENPROGRAM_CACHE_DIR", str(tmp_path_factory.mktemp("compile-cache")))
     yield

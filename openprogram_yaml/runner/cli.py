@@ -34,12 +34,13 @@ Run a method of a YAML agent:
   openprogram-run PATH [METHOD] [-i NAME=VALUE]... [--input-json JSON|@FILE]
                   [--model PROVIDER:MODEL] [--json] [--trace FILE]
                   [--records FILE] [--record DIR | --replay DIR] [--watch]
-                  [--live-tools] [--yes] [--quiet]
+                  [--live-tools] [--yes] [--quiet] [--otel [--otel-content]]
   PATH is an agent file or a project folder (with openprogram.yaml); in a project,
   METHOD may be AGENT.METHOD. --watch re-runs with the same inputs whenever a file
   of the agent changes. Under the offline `test` model no http or command tool runs
   unless --live-tools is given. Tools declared `confirm` ask on the terminal first
   (--yes approves them all; with no terminal and no --yes they are refused).
+  --otel exports OpenTelemetry spans of each run (also `serve` and `test`).
 
 Other commands:
   openprogram-run serve PATH [--port N] [--records FILE]
@@ -106,7 +107,51 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-q", "--quiet", action="store_true", help="print no line on stderr when a call is retried"
     )
+    _add_otel_options(p)
     return p
+
+
+def _add_otel_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        help="export OpenTelemetry spans of every run over OTLP/HTTP (OTEL_EXPORTER_OTLP_* "
+        "configure it; on whenever OTEL_EXPORTER_OTLP_ENDPOINT is set)",
+    )
+    p.add_argument(
+        "--otel-content",
+        action="store_true",
+        help="with --otel, export prompts, completions and tool arguments too (secrets redacted)",
+    )
+
+
+#: Whether this command switched OpenTelemetry on (``main`` switches it off at the end).
+_telemetry_started = False
+
+
+def _start_telemetry(args: argparse.Namespace) -> bool:
+    """Switch OpenTelemetry on when asked; False, after saying why, when it cannot be."""
+    global _telemetry_started
+    from ..errors import UsageError
+    from ..telemetry import active, requested, start
+
+    try:
+        start(requested(args.otel, args.otel_content))
+    except UsageError as exc:
+        _emit(sys.stderr, f"error: {exc}")
+        return False
+    _telemetry_started = active() is not None
+    return True
+
+
+def _stop_telemetry() -> None:
+    """Export the spans still pending (before the process ends) and switch it off."""
+    global _telemetry_started
+    if _telemetry_started:
+        from ..telemetry import stop
+
+        _telemetry_started = False
+        stop()
 
 
 def _emit(stream: TextIO, text: str, secrets: frozenset[str] = frozenset()) -> None:
@@ -200,7 +245,7 @@ def _load_method(
 
 def _cmd_run(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
-    if _refused_outputs(args):
+    if _refused_outputs(args) or not _start_telemetry(args):
         return 2
     if args.watch:
         return _cmd_watch(args)
@@ -450,8 +495,9 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         default=limits.body_timeout_s,
         help="time a request's body may take to arrive (default: %(default)s)",
     )
+    _add_otel_options(p)
     args = p.parse_args(argv)
-    if _refused_outputs(args):
+    if _refused_outputs(args) or not _start_telemetry(args):
         return 2
     import asyncio
 
@@ -637,8 +683,9 @@ def _cmd_test(argv: Sequence[str]) -> int:
     p.add_argument("--record", metavar="DIR", type=Path, help="live, and record every reply")
     p.add_argument("--replay", metavar="DIR", type=Path, help="answer from recordings in DIR")
     p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
+    _add_otel_options(p)
     args = p.parse_args(argv)
-    if _refused_outputs(args):
+    if _refused_outputs(args) or not _start_telemetry(args):
         return 2
     import asyncio
 
@@ -810,6 +857,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except SystemExit as exc:  # argparse
         return int(exc.code) if isinstance(exc.code, int) else 2
+    finally:
+        _stop_telemetry()
 
 
 # Start-up makes tens of thousands of objects that live as long as the process does:
