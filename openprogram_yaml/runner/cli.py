@@ -43,8 +43,8 @@ Run a method of a YAML agent:
   --otel exports OpenTelemetry spans of each run (also `serve` and `test`).
 
 Other commands:
-  openprogram-run serve PATH [--port N] [--records FILE]
-                                   serve runs over HTTP on 127.0.0.1, reloading on change
+  openprogram-run serve PATH [--port N] [--host H --token T] [--records FILE]
+                                   serve runs over HTTP (127.0.0.1), reloading on change
   openprogram-run check PATH...    validate, report every problem, run nothing
   openprogram-run test PATH        run the tests kept with the prompts (offline by default)
   openprogram-run render PATH [METHOD] [-i NAME=VALUE]...
@@ -439,14 +439,27 @@ def _cmd_serve(argv: Sequence[str]) -> int:
 
     p = _Parser(
         prog="openprogram-run serve",
-        description="Serve runs over HTTP on 127.0.0.1 while the agent's files change:\n"
+        description="Serve runs over HTTP (127.0.0.1 by default) while the agent's files change:\n"
         "  POST /run/AGENT/METHOD (inputs as a JSON object) → the run's record\n"
-        "  GET /health, GET /version, GET /agents\n"
+        "    (with Accept: text/event-stream: the run's events as they happen, then the record)\n"
+        "  GET /health, GET /version, GET /agents, GET /runs, GET /runs/ID\n"
+        "  GET /events (reload notices as server-sent events)\n"
         '  GET /questions; POST /questions/ID/answer ({"answer": ...}), /questions/ID/decline',
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", metavar="PATH", help="an agent file, or a project folder")
-    p.add_argument("--port", type=int, default=8765, help="port on 127.0.0.1 (0: any free one)")
+    p.add_argument("--port", type=int, default=8765, help="port to listen on (0: any free one)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s); any other than loopback needs a token",
+    )
+    p.add_argument(
+        "--token",
+        help="require 'Authorization: Bearer TOKEN' on every request (default: "
+        "$OPENPROGRAM_SERVE_TOKEN, which other users cannot read in the process list); "
+        "a browser opens /?token=TOKEN once",
+    )
     p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model of every run")
     p.add_argument("--records", metavar="FILE", type=Path, help="append each run's record")
     p.add_argument(
@@ -508,6 +521,8 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         serve_path(
             Path(args.path),
             port=args.port,
+            host=args.host,
+            token=args.token,
             model=args.model,
             records=args.records,
             grace_s=args.grace,

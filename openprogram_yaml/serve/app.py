@@ -271,7 +271,7 @@ def _auth_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRes
             # A browser's first visit: keep the token in a cookie, out of the address bar.
             seen = web.HTTPSeeOther(request.rel_url.without_query_params("token"))
             seen.set_cookie(state.token_cookie, token, httponly=True, samesite="Strict", path="/")
-            return seen
+            raise seen
         return error_reply(
             401,
             "this server needs its token: send 'Authorization: Bearer <token>' "

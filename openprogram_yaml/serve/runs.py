@@ -37,6 +37,7 @@ from ..run.reload import ReloadEvent, describe_reload
 from ..runtime.trace import SessionTrace
 from .app import ServeState, error_reply
 from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
+from .openai_api import StreamRedactor
 from .sse import EventStream, wants_events
 
 __all__ = ["KEEPALIVE_S", "reload_notice", "routes"]
@@ -267,7 +268,7 @@ async def _stream_run(
     """The run's events as server-sent events as they come, then ``event: record``.
 
     A client that goes away stops the stream, never the run (it belongs to the service)."""
-    secrets = state.secrets()
+    shown = _RedactedEvents(state.secrets())
     stream = await EventStream.start(request)
     while True:
         next_event = asyncio.ensure_future(events.get())
@@ -275,21 +276,56 @@ async def _stream_run(
         if not next_event.done():
             next_event.cancel()
             break
-        if not await _send_event(stream, next_event.result(), secrets):
+        if not await _send_all(stream, shown.take(next_event.result())):
             return await stream.end()
     while not events.empty():
-        if not await _send_event(stream, events.get_nowait(), secrets):
+        if not await _send_all(stream, shown.take(events.get_nowait())):
             return await stream.end()
     record = await asyncio.shield(task)
     _log_run(state, _status_of(record), record)
-    await stream.send("record", redact(record.to_json(), secrets))
+    if await _send_all(stream, shown.flush()):
+        await stream.send("record", redact(record.to_json(), shown.secrets))
     return await stream.end()
 
 
-async def _send_event(stream: EventStream, event: JSONObject, secrets: frozenset[str]) -> bool:
-    kind = str(event.get("type", "message"))
-    data = redact(json.dumps(event, ensure_ascii=False, default=repr), secrets)
-    return await stream.send(kind, data)
+async def _send_all(stream: EventStream, events: list[tuple[str, str]]) -> bool:
+    for kind, data in events:
+        if not await stream.send(kind, data):
+            return False
+    return True
+
+
+class _RedactedEvents:
+    """A run's events as ``(type, JSON text)`` to send, secrets redacted.
+
+    The model's text comes in pieces, and a secret may be split across two: ``text`` and
+    ``thinking`` pieces pass through a ``StreamRedactor`` each, which holds back an end that
+    could begin a secret until the next piece (or any other event) settles it.
+    """
+
+    def __init__(self, secrets: frozenset[str]) -> None:
+        self.secrets = secrets
+        self._pieces = {kind: StreamRedactor(secrets) for kind in ("text", "thinking")}
+
+    def take(self, event: JSONObject) -> list[tuple[str, str]]:
+        kind = str(event.get("type", "message"))
+        text = event.get("text")
+        redactor = self._pieces.get(kind)
+        if redactor is not None and isinstance(text, str):
+            shown = redactor.feed(text)
+            return [(kind, _dumps({**event, "text": shown}))] if shown else []
+        out = self.flush()
+        data = redact(json.dumps(event, ensure_ascii=False, default=repr), self.secrets)
+        return [*out, (kind, data)]
+
+    def flush(self) -> list[tuple[str, str]]:
+        """What the redactors hold back, as events (before another kind of event, or the end)."""
+        out: list[tuple[str, str]] = []
+        for kind, redactor in self._pieces.items():
+            held = redactor.flush()
+            if held:
+                out.append((kind, _dumps({"type": kind, "text": held})))
+        return out
 
 
 # --- reload notices ---------------------------------------------------------------------

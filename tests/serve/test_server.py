@@ -1,0 +1,390 @@
+"""``serve`` on aiohttp.web: the token rule, runs as server-sent events, reload notices on
+``/events``, and the history of runs. Each test talks to a real server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from openprogram_yaml.run.questions import PendingQuestions
+from openprogram_yaml.run.record import RecordLog
+from openprogram_yaml.run.reload import ProgramHolder
+from openprogram_yaml.run.service import RunService
+from openprogram_yaml.runner.cli import main
+from openprogram_yaml.serve.app import Server, ServeState
+from openprogram_yaml.serve.guard import origin_refusal
+from openprogram_yaml.serve.history import RunHistory
+
+#: Generous: a watchfiles event takes ~10 ms, a compile a few.
+EVENT_TIMEOUT_S = 30.0
+
+TOKEN = "tok-3f9a7c21e5d84b60"
+SECRET = "hunter2-secret-value"
+
+AGENT = """\
+version: 1
+name: echo
+model: test
+methods:
+  say:
+    inputs: {x: {type: string}}
+    prompt: "p {{ x }}"
+"""
+
+#: The prompt holds a secret: the offline model echoes it, split across its text pieces.
+SECRET_AGENT = AGENT.replace('"p {{ x }}"', '"p {{ x }} ${env:SERVE_TEST_SECRET}"')
+
+ASKING_AGENT = """\
+version: 1
+name: janitor
+model: test
+tools:
+  remove:
+    python: janitor_tools:remove
+    confirm: "Remove {{ path }}?"
+methods:
+  tidy:
+    prompt: Tidy up.
+"""
+
+TOOLS = '''
+def remove(path: str) -> str:
+    """Remove a file."""
+    return f"removed {path}"
+'''
+
+
+def write_agent(root: Path, text: str = AGENT) -> Path:
+    path = root / "echo.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def save(path: Path, text: str) -> None:
+    """Save as editors do: write a new file, then rename it over the old one."""
+    tmp = path.with_name(path.name + ".tmp~")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+@asynccontextmanager
+async def served(
+    agent: Path, *, watch: bool = False, records: Path | None = None, **options: Any
+) -> AsyncIterator[tuple[ServeState, httpx.AsyncClient]]:
+    holder = ProgramHolder(agent, ignore=[records] if records else ())
+    holder.load()
+    log = RecordLog(records) if records else None
+    service = RunService(holder.snapshot, log, asker=PendingQuestions())
+    options.setdefault("history", RunHistory(records=records))
+    state = ServeState(holder, service, **options)
+    server = Server(state)
+    stop = asyncio.Event()
+    watcher = asyncio.create_task(holder.watch(stop)) if watch else None
+    if watcher is not None:
+        await asyncio.wait_for(holder.watching.wait(), EVENT_TIMEOUT_S)
+    port = await server.start(0)
+    url = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(base_url=url, timeout=EVENT_TIMEOUT_S) as client:
+        try:
+            yield state, client
+        finally:
+            await server.close(grace_s=0)
+            stop.set()
+            if watcher is not None:
+                await watcher
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
+    """``(event, data)`` of a server-sent events reply, as they come."""
+    kind, data = "message", ""
+    async for line in response.aiter_lines():
+        if line.startswith("event: "):
+            kind = line[len("event: ") :]
+        elif line.startswith("data: "):
+            data += line[len("data: ") :]
+        elif line == "" and data:
+            yield kind, json.loads(data)
+            kind, data = "message", ""
+
+
+# --- the token ----------------------------------------------------------------------------
+
+
+def test_a_host_beyond_loopback_without_a_token_refuses_to_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENPROGRAM_SERVE_TOKEN", raising=False)
+    agent = write_agent(tmp_path)
+    assert main(["serve", str(agent), "--host", "0.0.0.0", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--token" in err and "OPENPROGRAM_SERVE_TOKEN" in err and "Traceback" not in err
+    assert main(["serve", str(agent), "--host", "192.0.2.1", "--token", " "]) == 2
+    assert "token is empty" in capsys.readouterr().err
+
+
+def test_every_route_needs_the_token_once_one_is_set(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+    log = io.StringIO()
+
+    async def scenario() -> None:
+        async with served(agent, token=TOKEN, log=log) as (_, client):
+            for path in ("/health", "/agents", "/runs", "/questions", "/events"):
+                missing = await client.get(path)
+                assert missing.status_code == 401, path
+                assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+            wrong = {"Authorization": "Bearer " + TOKEN[:-1] + "x"}
+            assert (await client.get("/health", headers=wrong)).status_code == 401
+            run = await client.post("/run/echo/say", json={"x": "hi"})
+            assert run.status_code == 401
+            bearer = {"Authorization": f"Bearer {TOKEN}"}
+            assert (await client.get("/health", headers=bearer)).status_code == 200
+            ran = await client.post("/run/echo/say", json={"x": "hi"}, headers=bearer)
+            assert (ran.status_code, ran.json()["output"]) == (200, "test reply to: p hi")
+
+    asyncio.run(scenario())
+    assert TOKEN not in log.getvalue()
+
+
+def test_a_browser_shows_the_token_once_and_keeps_it_in_a_strict_cookie(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent, token=TOKEN) as (state, client):
+            assert (await client.get(f"/agents?token={TOKEN}x")).status_code == 401
+            first = await client.get(f"/agents?token={TOKEN}")
+            assert first.status_code == 303
+            assert first.headers["Location"] == "/agents"  # the token leaves the address
+            cookie = first.headers["Set-Cookie"]
+            assert cookie.startswith(f"openprogram_token_{state.port}=")
+            assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+            assert TOKEN not in first.text
+            # httpx kept the cookie, as a browser does: the page's own requests carry it.
+            assert (await client.get("/agents")).status_code == 200
+            assert (await client.post("/run/echo/say", json={"x": "a"})).status_code == 200
+
+    asyncio.run(scenario())
+
+
+def test_beyond_loopback_any_host_is_served_but_only_its_own_origin() -> None:
+    """Bound to every address behind a token: the names others use cannot be known, and a
+    rebound page can send neither the header nor the cookie; a foreign page is still refused."""
+    headers = {"host": "box.lan:8765"}
+    assert origin_refusal(headers, 8765, (), any_host=True) is None
+    own = {**headers, "origin": "http://box.lan:8765"}
+    assert origin_refusal(own, 8765, (), any_host=True) is None
+    foreign = {**headers, "origin": "http://evil.example"}
+    refused = origin_refusal(foreign, 8765, (), any_host=True)
+    assert refused is not None and refused[0] == 403
+    assert origin_refusal(headers, 8765, ()) is not None  # on loopback, the Host is checked
+
+
+# --- runs as server-sent events -----------------------------------------------------------
+
+
+def test_a_run_streams_its_events_then_its_record(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> list[tuple[str, Any]]:
+        async with served(agent) as (_, client):
+            headers = {"Accept": "text/event-stream"}
+            async with client.stream(
+                "POST", "/run/echo/say", json={"x": "hi"}, headers=headers
+            ) as response:
+                assert response.status_code == 200
+                assert response.headers["Content-Type"].startswith("text/event-stream")
+                return [e async for e in sse_events(response)]
+
+    events = asyncio.run(scenario())
+    kinds = [kind for kind, _ in events]
+    assert kinds[0] == "method" and kinds[-1] == "record"
+    assert set(kinds[1:-1]) == {"text"}
+    assert events[0][1] == {"type": "method", "agent": "echo", "method": "say"}
+    text = "".join(data["text"] for kind, data in events if kind == "text")
+    record = events[-1][1]
+    assert text == record["output"] == "test reply to: p hi"
+    assert record["status"] == "ok"
+
+
+def test_a_secret_split_across_streamed_pieces_is_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SERVE_TEST_SECRET", SECRET)
+    agent = write_agent(tmp_path, SECRET_AGENT)
+
+    async def scenario() -> tuple[str, str]:
+        async with served(agent) as (_, client):
+            headers = {"Accept": "text/event-stream"}
+            async with client.stream(
+                "POST", "/run/echo/say", json={"x": "hi"}, headers=headers
+            ) as response:
+                raw = (await response.aread()).decode()
+            runs = (await client.get("/runs")).json()["runs"]
+            one = (await client.get(f"/runs/{runs[0]['id']}")).text
+            return raw, one
+
+    raw, one = asyncio.run(scenario())
+    assert SECRET not in raw and SECRET not in one
+    pieces = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: ")]
+    text = "".join(p["text"] for p in pieces if p.get("type") == "text")
+    assert text == "test reply to: p hi ***"
+
+
+def test_a_client_that_leaves_a_stream_does_not_stop_the_run(tmp_path: Path) -> None:
+    (tmp_path / "janitor_tools.py").write_text(TOOLS, encoding="utf-8")
+    agent = write_agent(tmp_path, ASKING_AGENT)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, client):
+            headers = {"Accept": "text/event-stream"}
+            async with client.stream(
+                "POST", "/run/janitor/tidy", json={}, headers=headers
+            ) as response:
+                async for kind, _ in sse_events(response):
+                    if kind == "tool_use":
+                        break  # the run now waits for its confirmation; the client leaves
+            for _ in range(2000):  # polled over HTTP, bounded, no sleep
+                listed = (await client.get("/questions")).json()["questions"]
+                if listed:
+                    break
+            [question] = listed
+            answered = await client.post(
+                f"/questions/{question['id']}/answer", json={"answer": True}
+            )
+            assert answered.status_code == 200
+            for _ in range(2000):  # the run goes on without its client
+                runs = (await client.get("/runs")).json()["runs"]
+                if runs:
+                    break
+            assert [(r["method"], r["status"]) for r in runs] == [("tidy", "ok")]
+
+    asyncio.run(scenario())
+
+
+# --- reload notices -----------------------------------------------------------------------
+
+
+def test_events_tell_of_a_reload_and_of_a_failed_one(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> list[tuple[str, Any]]:
+        seen: list[tuple[str, Any]] = []
+        async with (
+            served(agent, watch=True) as (_, client),
+            client.stream("GET", "/events") as response,
+        ):
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+            stream = sse_events(response)
+            seen.append(await anext(stream))
+            save(agent, AGENT.replace('"p {{ x }}"', '"q {{ x }}"'))
+            seen.append(await asyncio.wait_for(anext(stream), EVENT_TIMEOUT_S))
+            save(agent, AGENT.replace("inputs:", "inptus:"))
+            seen.append(await asyncio.wait_for(anext(stream), EVENT_TIMEOUT_S))
+        return seen
+
+    (kind0, first), (kind1, loaded), (kind2, failed) = asyncio.run(scenario())
+    assert kind0 == "version" and first["reload"]["status"] == "ok"
+    assert kind1 == kind2 == "reload"
+    assert loaded["status"] == "loaded" and loaded["version"] != first["version"]["hash"]
+    assert loaded["previous"] == first["version"]["hash"]
+    assert failed["status"] == "failed" and failed["version"] == loaded["version"]
+    [diagnostic] = [d for d in failed["diagnostics"] if "inptus" in d]
+    assert diagnostic.startswith(str(agent) + ":") or diagnostic.startswith("echo.yaml:")
+    assert "still serving version" in failed["message"]
+
+
+def test_events_end_when_the_server_stops(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        holder = ProgramHolder(agent)
+        holder.load()
+        server = Server(ServeState(holder, RunService(holder.snapshot)))
+        port = await server.start(0)
+        async with (
+            httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client,
+            client.stream("GET", "/events") as response,
+        ):
+            stream = sse_events(response)
+            assert (await anext(stream))[0] == "version"
+            closing = asyncio.create_task(server.close(grace_s=0))
+            rest = [e async for e in stream]
+            await asyncio.wait_for(closing, EVENT_TIMEOUT_S)
+        assert rest == []
+
+    asyncio.run(scenario())
+
+
+# --- history ------------------------------------------------------------------------------
+
+
+def test_runs_lists_the_runs_newest_first_with_their_traces(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+    records = tmp_path / "runs.jsonl"
+    older = {"id": "older0000000001", "agent": "echo", "method": "say", "status": "ok"}
+    records.write_text(json.dumps(older) + "\nnot json\n", encoding="utf-8")
+
+    async def scenario() -> None:
+        async with served(agent, records=records) as (_, client):
+            a = (await client.post("/run/echo/say", json={"x": "a"})).json()
+            b = (await client.post("/run/echo/say", json={"x": "b"})).json()
+            runs = (await client.get("/runs")).json()["runs"]
+            assert [r["id"] for r in runs] == [b["id"], a["id"], older["id"]]
+            assert [r["source"] for r in runs] == ["memory", "memory", "records"]
+            assert runs[0]["status"] == "ok" and runs[0]["version"] == b["version"]["hash"]
+            one = (await client.get(f"/runs/{a['id']}")).json()
+            assert one["record"] == a
+            kinds = [node["kind"] for node in one["trace"]]
+            assert kinds[0] == "run" and "method" in kinds and "exec" in kinds
+            from_file = (await client.get(f"/runs/{older['id']}")).json()
+            assert from_file == {"record": older, "trace": None}
+            missing = await client.get("/runs/nope")
+            assert missing.status_code == 404 and "GET /runs" in missing.json()["error"]
+
+    asyncio.run(scenario())
+
+
+def test_history_keeps_only_the_newest_runs(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent, history=RunHistory(size=2)) as (_, client):
+            ids = [(await client.post("/run/echo/say", json={"x": x})).json()["id"] for x in "abc"]
+            runs = (await client.get("/runs")).json()["runs"]
+            assert [r["id"] for r in runs] == ids[:0:-1]
+            assert (await client.get(f"/runs/{ids[0]}")).status_code == 404
+
+    asyncio.run(scenario())
+
+
+def test_serve_prints_the_address_of_its_page(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> str:
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "openprogram_yaml", "serve"),
+            *(str(agent), "--port", "0", "--token", TOKEN, "--no-watch"),
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert proc.stderr is not None
+        try:
+            line = (await asyncio.wait_for(proc.stderr.readline(), EVENT_TIMEOUT_S)).decode()
+        finally:
+            proc.terminate()
+            rest = (await proc.stderr.read()).decode()
+            await proc.wait()
+        return line + rest
+
+    out = asyncio.run(scenario())
+    assert "http://127.0.0.1:" in out and "/ (version" in out and "token required" in out
+    assert TOKEN not in out
