@@ -1,0 +1,173 @@
+"""The web page served at ``/``: its static files, and the JSON it needs besides the runs
+API (``runs.py``).
+
+- ``GET /`` the page; ``GET /static/{name}`` its scripts and style (shipped in the package,
+  nothing fetched from elsewhere, no build step);
+- ``GET /api/methods/{agent}/{method}`` what the page builds a method's form from: its full
+  inputs schema (properties and required), model, response format and choices;
+- ``POST /api/render/{agent}/{method}`` with the inputs as JSON: exactly what the method
+  would send (messages, tools, response format, options) without calling the model.
+
+The page shows everything the server sends as text, never as HTML (model output and tool
+results are untrusted), and a Content-Security-Policy allows only the page's own scripts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from ..json_types import JSONObject, JSONValue
+from ..redaction import redact
+from ..run.record import run_secrets
+from ..run.render import render_method
+from .app import ServeState, error_reply
+from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
+
+if TYPE_CHECKING:
+    from ..compile.program import Agent, Method, Program
+
+__all__ = ["STATIC_DIR", "routes"]
+
+STATIC_DIR = Path(__file__).with_name("static")
+
+_CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+}
+
+#: Only the page's own files run; no inline script, no frame around it, no form posts out.
+_PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    # The files change with the package; a browser checks again instead of keeping old ones.
+    "Cache-Control": "no-cache",
+}
+
+
+def routes(state: ServeState) -> list[web.RouteDef]:
+    """The page's routes, for ``app.create_app``."""
+    page = _WebPage(state)
+    return [
+        web.get("/", page.index),
+        web.get("/static/{name}", page.static),
+        web.get("/api/methods/{agent}/{method}", page.method_info),
+        web.post("/api/render/{agent}/{method}", page.render),
+    ]
+
+
+class _WebPage:
+    def __init__(self, state: ServeState) -> None:
+        self.state = state
+        # The shipped files, by name: nothing else under the folder (or outside it) is served.
+        self.files = {
+            p.name: p for p in STATIC_DIR.iterdir() if p.suffix in _CONTENT_TYPES and p.is_file()
+        }
+
+    async def index(self, request: web.Request) -> web.Response:
+        return self._file("index.html")
+
+    async def static(self, request: web.Request) -> web.Response:
+        return self._file(request.match_info["name"])
+
+    def _file(self, name: str) -> web.Response:
+        path = self.files.get(name)
+        if path is None:
+            return error_reply(404, f"no file '{name}' here")
+        return web.Response(
+            body=path.read_bytes(),
+            headers={"Content-Type": _CONTENT_TYPES[path.suffix], **_PAGE_HEADERS},
+        )
+
+    async def method_info(self, request: web.Request) -> web.Response:
+        program, _ = self.state.holder.snapshot()
+        found = _find(program, request)
+        if isinstance(found, web.Response):
+            return found
+        agent, method = found
+        info: JSONObject = {
+            "agent": agent.name,
+            "method": method.name,
+            "description": method.description,
+            "model": self.state.model or method.options.model or agent.model,
+            "input_schema": dict(method.input_schema),
+            "response_format": dict(method.response_format) if method.response_format else None,
+            "choices": [
+                {"name": c.name, "description": c.description, "method": c.method}
+                for c in method.choices or ()
+            ],
+        }
+        return _json(info, run_secrets(agent))
+
+    async def render(self, request: web.Request) -> web.Response:
+        program, stamp = self.state.holder.snapshot()
+        found = _find(program, request)
+        if isinstance(found, web.Response):
+            return found
+        agent, method = found
+        inputs = await _json_inputs(request)
+        if isinstance(inputs, web.Response):
+            return inputs
+        rendered = await render_method(
+            program, stamp, agent.name, method.name, inputs, model=self.state.model
+        )
+        secrets = rendered.record.secrets or run_secrets(agent)
+        if rendered.request is None:
+            error = rendered.record.error or {}
+            status = 400 if rendered.record.exit_code == 2 else 500
+            # The first line: the problems follow as a list of their own.
+            message = str(error.get("message", "")).split("\n")[0]
+            body: JSONObject = {"error": f"nothing to render: {message}"}
+            problems = error.get("problems") or error.get("issues")
+            if isinstance(problems, list):
+                body["problems"] = [str(p) for p in problems]
+            return _json(body, secrets, status=status)
+        return _json({"request": rendered.request}, secrets)
+
+
+def _find(program: Program, request: web.Request) -> tuple[Agent, Method] | web.Response:
+    """The agent and method the path names, or a 404 saying where to look."""
+    name, method = request.match_info["agent"], request.match_info["method"]
+    agent = program.agents.get(name)
+    if agent is None or method not in agent.methods:
+        what = f"agent '{name}'" if agent is None else f"method '{method}' of '{name}'"
+        return error_reply(404, f"no {what}; GET /agents lists them")
+    return agent, agent.methods[method]
+
+
+async def _json_inputs(request: web.Request) -> dict[str, JSONValue] | web.Response:
+    """The request's body: a JSON object of inputs, or a 4xx saying what to send."""
+    refusal = media_refusal(request.headers.get("Content-Type"))
+    if refusal is not None:
+        return error_reply(415, refusal)
+    too_deep = f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH}"
+    try:
+        inputs = json.loads(await request.read() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return error_reply(400, f"the body is not JSON: {exc}")
+    except RecursionError:
+        return error_reply(400, too_deep)
+    if not isinstance(inputs, dict):
+        return error_reply(400, "the body must be a JSON object of input names to values")
+    if nests_deeper(inputs, MAX_JSON_DEPTH):
+        return error_reply(400, too_deep)
+    return inputs
+
+
+def _json(body: JSONObject, secrets: frozenset[str], *, status: int = 200) -> web.Response:
+    """``body`` as JSON with ``secrets`` shown as ``***``."""
+    return web.Response(
+        text=redact(json.dumps(body, ensure_ascii=False, default=repr), secrets),
+        status=status,
+        content_type="application/json",
+    )
