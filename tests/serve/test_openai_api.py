@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai as openai_sdk
 import pytest
 from loopback import LoopbackServer, openai_sse, sse_reply, status_reply
@@ -523,3 +524,27 @@ def test_a_run_that_fails_mid_stream_ends_with_an_error_event(
     )
     assert whole.value.status_code == 502 and whole.value.code == "LLMError"
     assert RELAY_KEY not in whole.value.message
+
+
+def test_refused_requests_get_openai_errors_too(write) -> None:  # type: ignore[no-untyped-def]
+    """What the server refuses before the endpoint sees it, and what the endpoint refuses
+    in the body, is still in the shape OpenAI clients read."""
+    deep = {"model": "desk.answer", "messages": [{"role": "user", "content": "x"}]}
+    for _ in range(150):
+        deep = {"nested": deep}
+    with serving(write("desk.yaml", DESK)) as url, httpx.Client(base_url=url) as http:
+        plain = http.post(
+            "/chat/completions", content=b"{}", headers={"Content-Type": "text/plain"}
+        )
+        foreign = http.get("/models", headers={"Origin": "https://evil.example"})
+        nested = http.post("/chat/completions", json=deep)
+        broken = http.post(
+            "/chat/completions", content=b"{", headers={"Content-Type": "application/json"}
+        )
+    for reply, status in ((plain, 415), (foreign, 403), (nested, 400), (broken, 400)):
+        assert reply.status_code == status
+        error = reply.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        assert error["type"] == "invalid_request_error"
+    assert "application/json" in plain.json()["error"]["message"]
+    assert "deeper than 100" in nested.json()["error"]["message"]
