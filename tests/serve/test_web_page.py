@@ -67,6 +67,14 @@ methods:
   tidy:
     description: Tidy up, asking first.
     prompt: Tidy up.
+  label:
+    inputs: {text: {type: string}}
+    prompt: "Label {{ text }}"
+    toolset: none
+    response_schema:
+      type: object
+      properties: {label: {type: string, enum: [spam, ham]}}
+      required: [label]
 """
 
 SECRET = "sk-web-page-secret-0123456789"
@@ -237,6 +245,16 @@ def test_a_form_from_the_inputs_schema_runs_the_method_and_streams_the_answer(
     expect(result.get_by_text("method greeter.greet")).to_be_visible()
     expect(page.locator("#runs .run-link")).to_have_count(1)
     page.screenshot(path=tmp_path / "run.png", full_page=True)
+
+
+def test_a_structured_output_is_shown_as_json_after_the_streamed_reply(page: Page) -> None:
+    _open_method(page, "greeter.label")
+    page.get_by_label("text").fill("Buy now")
+    page.get_by_role("button", name="Run", exact=True).click()
+    result = page.locator("#result")
+    expect(result.locator(".badge")).to_have_text("ok", timeout=WAIT_MS)
+    expect(result.locator(".output")).to_have_text('{\n  "label": "spam"\n}')
+    expect(result.locator("details.streamed pre.answer")).to_have_count(1)
 
 
 def test_a_required_input_left_empty_is_asked_for_before_anything_is_sent(

@@ -142,7 +142,11 @@ export async function showRun(box, agent, method, inputs, openTrace) {
   status.textContent = record.status;
   // The validated output follows; the streamed text stays only where it says more.
   if (answer.textContent && answer.textContent === record.output) answer.remove();
-  else if (answer.textContent) answer.replaceWith(el("details", { class: "streamed" }, el("summary", { text: "streamed reply" }), answer));
+  else if (answer.textContent) {
+    const streamed = el("details", { class: "streamed" }, el("summary", { text: "streamed reply" }));
+    answer.before(streamed);
+    streamed.append(answer);
+  }
   fill(outcome, recordView(record, openTrace));
   return record;
 }
