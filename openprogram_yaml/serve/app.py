@@ -124,9 +124,13 @@ class ServeState:
     def token_cookie(self) -> str:
         return f"{TOKEN_COOKIE}_{self.port}"
 
+    def secrets_of_server(self) -> frozenset[str]:
+        """The server's own secrets (the token)."""
+        return frozenset({self.token} if self.token else ())
+
     def secrets(self) -> frozenset[str]:
         """Every agent's secrets and the token: never shown in a reply or the log."""
-        found: set[str] = {self.token} if self.token else set()
+        found: set[str] = set(self.secrets_of_server())
         program = self.holder.program
         if program is not None:
             for agent in program.agents.values():

@@ -1,10 +1,11 @@
 """The runs this server answered, kept in memory for the web page: ``GET /runs`` and
 ``GET /runs/{id}``.
 
-Each entry holds the record's JSON and its session trace's nodes, both with the run's
-secrets redacted when the run ends (nothing unredacted is kept). The newest ``size`` runs are
-kept; with ``--records FILE``, ``/runs`` also lists the older records of that file (their
-traces were not kept: only the record is shown).
+Each entry holds the record and its session trace as they are; they become JSON, with the
+run's secrets redacted, only when asked for (a run that nobody looks at costs nothing: turning
+a trace into JSON took about 0.5 ms, more than the rest of a served run on the ``test``
+model). The newest ``size`` runs are kept; with ``--records FILE``, ``/runs`` also lists the
+older records of that file (their traces were not kept: only the record is shown).
 """
 
 from __future__ import annotations
@@ -33,8 +34,18 @@ SUMMARY_KEYS = ("id", "agent", "method", "model", "status", "started_at", "elaps
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    record: JSONObject
-    trace: list[JSONValue]
+    record: RunRecord
+    trace: SessionTrace | None
+
+    def record_json(self) -> JSONObject:
+        shown: JSONObject = json.loads(self.record.to_json())  # redacted
+        return shown
+
+    def trace_json(self) -> list[JSONValue]:
+        if self.trace is None:
+            return []
+        text = redact(self.trace.to_jsonl(), self.record.secrets)
+        return [json.loads(line) for line in text.splitlines() if line]
 
 
 def _summary(record: JSONObject, source: str) -> JSONObject:
@@ -57,18 +68,14 @@ class RunHistory:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
 
     def add(self, record: RunRecord, trace: SessionTrace | None) -> None:
-        """Keep ``record`` and its trace, redacted; the oldest entry goes past ``size``."""
-        nodes: list[JSONValue] = []
-        if trace is not None:
-            text = redact(trace.to_jsonl(), record.secrets)
-            nodes = [json.loads(line) for line in text.splitlines() if line]
-        self._entries[record.id] = _Entry(json.loads(record.to_json()), nodes)
+        """Keep ``record`` and its trace; the oldest entry goes past ``size``."""
+        self._entries[record.id] = _Entry(record, trace)
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
 
     def summaries(self) -> list[JSONObject]:
         """Newest first: the runs kept here, then those only in the records file."""
-        kept = [_summary(e.record, "memory") for e in reversed(self._entries.values())]
+        kept = [_summary(e.record_json(), "memory") for e in reversed(self._entries.values())]
         older = [
             _summary(r, "records")
             for r in reversed(self._file_records())
@@ -81,7 +88,7 @@ class RunHistory:
         only from the records file); None when unknown."""
         entry = self._entries.get(run_id)
         if entry is not None:
-            return {"record": entry.record, "trace": entry.trace}
+            return {"record": entry.record_json(), "trace": entry.trace_json()}
         for record in self._file_records():
             if record.get("id") == run_id:
                 return {"record": record, "trace": None}

@@ -32,7 +32,7 @@ from ..compile.program import Program
 from ..json_types import JSONObject, JSONValue
 from ..redaction import redact
 from ..run.questions import question_list
-from ..run.record import RunRecord
+from ..run.record import RunRecord, run_secrets
 from ..run.reload import ReloadEvent, describe_reload
 from ..runtime.trace import SessionTrace
 from .app import ServeState, error_reply
@@ -233,17 +233,14 @@ async def _run(state: ServeState, request: web.Request) -> web.StreamResponse:
     )
     task.add_done_callback(lambda done: _remember(state, done, trace))
     if events is not None:
-        return await _stream_run(state, request, task, events)
+        secrets = run_secrets(found) | state.secrets_of_server()
+        return await _stream_run(state, request, task, events, secrets)
     # Shielded: the run belongs to the service, which finishes or interrupts it on
     # shutdown; a dropped connection must not cancel it half-way.
     record = await asyncio.shield(task)
     status = _status_of(record)
     _log_run(state, status, record)
-    return web.Response(
-        status=status,
-        text=redact(record.to_json(), state.secrets()),
-        content_type="application/json",
-    )
+    return web.Response(status=status, text=record.to_json(), content_type="application/json")
 
 
 def _remember(state: ServeState, task: asyncio.Task[RunRecord], trace: SessionTrace) -> None:
@@ -264,11 +261,12 @@ async def _stream_run(
     request: web.Request,
     task: asyncio.Task[RunRecord],
     events: asyncio.Queue[JSONObject],
+    secrets: frozenset[str],
 ) -> web.StreamResponse:
     """The run's events as server-sent events as they come, then ``event: record``.
 
     A client that goes away stops the stream, never the run (it belongs to the service)."""
-    shown = _RedactedEvents(state.secrets())
+    shown = _RedactedEvents(secrets)
     stream = await EventStream.start(request)
     while True:
         next_event = asyncio.ensure_future(events.get())
