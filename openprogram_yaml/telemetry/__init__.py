@@ -87,14 +87,14 @@ def requested(
     otel: bool = False, content: bool = False, environ: Mapping[str, str] | None = None
 ) -> TelemetryRequest | None:
     """Whether telemetry is wanted: ``--otel`` (or ``--otel-content``, which implies it), or
-    an OTLP endpoint in the environment; None when not, or when ``OTEL_SDK_DISABLED`` is
-    true and no flag asks."""
+    an OTLP endpoint in the environment; None when not, and whenever ``OTEL_SDK_DISABLED``
+    is true (the SDK would make no spans then)."""
     env = os.environ if environ is None else environ
+    if _true(env.get("OTEL_SDK_DISABLED")):
+        return None
     capture = content or _true(env.get(CAPTURE_CONTENT_VAR))
     if otel or content:
         return TelemetryRequest(explicit=True, capture_content=capture)
-    if _true(env.get("OTEL_SDK_DISABLED")):
-        return None
     if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         return TelemetryRequest(explicit=False, capture_content=capture)
     return None
