@@ -676,3 +676,47 @@ def test_serve_limits_must_be_positive_numbers(
     assert main(["serve", str(write_agent(tmp_path)), flag]) == 2
     err = capsys.readouterr().err
     assert flag.split("=")[0] in err and "Traceback" not in err
+
+
+# --- the token ------------------------------------------------------------------------------
+
+
+def test_with_a_token_a_request_without_it_runs_nothing(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+    records = tmp_path / "runs.jsonl"
+    token = "t0ken-0f-the-server-9c1d"
+
+    async def scenario() -> None:
+        async with served(agent, records, token=token) as (_, port):
+            for headers in (
+                {},
+                {"Authorization": f"Bearer {token[:-1]}"},
+                {"Authorization": f"Basic {token}"},
+                {"Cookie": f"openprogram_token_{port}={token}x"},
+            ):
+                status, body = await exchange(port, run_request(port, headers=headers))
+                assert status == 401, headers
+                assert token not in json.dumps(body)
+            # ?token= only sets the cookie of a page's first visit: it never runs anything.
+            raw = run_request(port).replace(
+                b"/run/echo/say", f"/run/echo/say?token={token}".encode()
+            )
+            status, _ = await exchange(port, raw)
+            assert status == 401
+            bearer = {"Authorization": f"Bearer {token}"}
+            status, body = await exchange(port, run_request(port, headers=bearer))
+            assert (status, body["output"]) == (200, "test reply to: p hi")
+
+    asyncio.run(scenario())
+    [line] = records.read_text().splitlines()
+    assert json.loads(line)["inputs"] == {"x": "hi"}
+
+
+def test_serve_beyond_loopback_refuses_to_start_without_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENPROGRAM_SERVE_TOKEN", raising=False)
+    for host in ("0.0.0.0", "::", "192.0.2.7", "example.com"):
+        assert main(["serve", str(write_agent(tmp_path)), "--host", host, "--port", "0"]) == 2
+        err = capsys.readouterr().err
+        assert "needs a token" in err and "Traceback" not in err
