@@ -290,7 +290,8 @@ def _opening(node: TraceNode) -> tuple[str, SpanKind, dict[str, AttributeValue]]
     sees)."""
     if node.kind == "exec":
         model = _model_id(node.name)
-        return f"chat {model}", SpanKind.CLIENT, {OPERATION: "chat", REQUEST_MODEL: model}
+        name = f"chat {model}" if model else "chat"
+        return name, SpanKind.CLIENT, {OPERATION: "chat", REQUEST_MODEL: model}
     if node.kind == "tool":
         attributes: dict[str, AttributeValue] = {
             OPERATION: "execute_tool",
@@ -298,11 +299,13 @@ def _opening(node: TraceNode) -> tuple[str, SpanKind, dict[str, AttributeValue]]
             TOOL_TYPE: "function",
         }
         return f"execute_tool {node.name}", SpanKind.INTERNAL, attributes
+    if node.kind not in ("run", "method"):  # a kind this module does not know (yet)
+        return node.name or node.kind, SpanKind.INTERNAL, {}
     agent, _, method = node.name.rpartition(".")
     names: dict[str, AttributeValue] = {AGENT_NAME: agent, "openprogram.method": method}
     if node.kind == "run":
         return f"invoke_agent {agent}", SpanKind.INTERNAL, {OPERATION: "invoke_agent", **names}
-    return node.name or node.kind, SpanKind.INTERNAL, names
+    return node.name, SpanKind.INTERNAL, names
 
 
 def _put(out: dict[str, AttributeValue], key: str, value: object) -> None:

@@ -13,6 +13,7 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 from opentelemetry.trace import SpanKind, StatusCode
 from otel_helpers import AGENT, everything_exported, named, spans_in_memory, tree, write_desk
 
+from openprogram_yaml import telemetry
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.run.execute import execute_run
 from openprogram_yaml.run.version import VersionStamp
@@ -244,3 +245,17 @@ def test_the_attribute_names_are_those_of_the_installed_semantic_conventions() -
         value for name, value in vars(gen_ai_attributes).items() if name.startswith("GEN_AI_")
     }
     assert ours and set(ours.values()) <= theirs
+
+
+def test_a_node_of_a_kind_it_does_not_know_is_a_plain_span_and_a_nameless_model_call_is_chat(
+    tmp_path: Path,
+) -> None:
+    with spans_in_memory() as exporter:
+        active = telemetry.active()
+        assert active is not None
+        trace = active.watch(None, frozenset())
+        with trace.span("batch", "nightly"), trace.span("exec", ""):
+            pass
+    spans = exporter.get_finished_spans()
+    assert tree(spans) == ["nightly", "  chat"]
+    assert not named(spans, "nightly").attributes
