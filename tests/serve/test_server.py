@@ -9,7 +9,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from openprogram_yaml.runner.cli import main
 from openprogram_yaml.serve.app import Server, ServeState
 from openprogram_yaml.serve.guard import origin_refusal
 from openprogram_yaml.serve.history import RunHistory
+from openprogram_yaml.serve.runs import KEEPALIVE_S
 
 #: Generous: a watchfiles event takes ~10 ms, a compile a few.
 EVENT_TIMEOUT_S = 30.0
@@ -322,6 +323,33 @@ def test_events_end_when_the_server_stops(tmp_path: Path) -> None:
         assert rest == []
 
     asyncio.run(scenario())
+
+
+def test_an_idle_event_stream_gets_keep_alive_comments(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+    expired: list[float] = []
+
+    def deadline(seconds: float) -> AbstractAsyncContextManager[object]:
+        """The first keep-alive wait ends at once; every other deadline never passes."""
+        if seconds == KEEPALIVE_S and not expired:
+            expired.append(seconds)
+            return asyncio.timeout(0)
+        return asyncio.timeout(None)
+
+    async def scenario() -> list[str]:
+        lines: list[str] = []
+        async with (
+            served(agent, deadline=deadline) as (_, client),
+            client.stream("GET", "/events") as response,
+        ):
+            async for line in response.aiter_lines():
+                lines.append(line)
+                if line.startswith(":"):
+                    break
+        return lines
+
+    lines = asyncio.run(scenario())
+    assert lines[0] == "event: version" and lines[-1] == ": keep-alive"
 
 
 # --- history ------------------------------------------------------------------------------
