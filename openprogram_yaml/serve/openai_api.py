@@ -588,7 +588,9 @@ class _ChatStream:
     """Turns a run's events into the content a stream sends, redacted as it goes.
 
     Only the text of a method whose answer is its text (no response schema, no
-    ``choices``) is sent as it comes; a JSON answer is sent whole by ``finish``.
+    ``choices``) is sent as it comes; a JSON answer is sent whole by ``finish``. What
+    happens between a tool call and its result (a method called as a tool runs and streams
+    too) belongs to the tool, never to the answer.
     """
 
     def __init__(self, program: Program, method: Method, secrets: Iterable[str]) -> None:
@@ -596,11 +598,19 @@ class _ChatStream:
         self._live = _answers_in_text(method)
         self._sent = ""
         self._redactor = StreamRedactor(secrets)
+        #: The tool calls begun and not yet answered.
+        self._in_tools: set[object] = set()
 
     def take(self, event: JSONObject) -> str:
         """The content to send now for ``event``."""
         kind = event.get("type")
-        if kind == "method":
+        if kind == "tool_use":
+            self._in_tools.add(event.get("id"))
+        elif kind == "tool_result":
+            self._in_tools.discard(event.get("id"))
+        elif self._in_tools:
+            return ""
+        elif kind == "method":
             agent = self._program.agents.get(str(event.get("agent")))
             method = agent.methods.get(str(event.get("method"))) if agent else None
             self._live = method is not None and _answers_in_text(method)

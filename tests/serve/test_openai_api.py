@@ -548,3 +548,33 @@ def test_refused_requests_get_openai_errors_too(write) -> None:  # type: ignore[
         assert error["type"] == "invalid_request_error"
     assert "application/json" in plain.json()["error"]["message"]
     assert "deeper than 100" in nested.json()["error"]["message"]
+
+
+HELPED = """
+version: 1
+name: helped
+model: test
+tools:
+  lookup: {method: lookup, description: Look a thing up.}
+methods:
+  answer:
+    inputs: {ticket: {type: string}}
+    prompt: "Answer: {{ ticket }}"
+  lookup:
+    inputs: {ticket: {type: string}}
+    prompt: "Look up: {{ ticket }}"
+    toolset: none
+"""
+
+
+def test_the_text_of_a_method_called_as_a_tool_is_not_streamed_as_the_answer(write) -> None:  # type: ignore[no-untyped-def]
+    """The tool's own run streams its text too (between the call and its result): only the
+    answer of the method asked for is the content."""
+    with serving(write("helped.yaml", HELPED)) as url, client(url) as openai:
+        whole = openai.chat.completions.create(model="answer", messages=ASK)  # type: ignore[arg-type]
+        stream = openai.chat.completions.create(model="answer", messages=ASK, stream=True)  # type: ignore[arg-type]
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    content = whole.choices[0].message.content
+    assert content is not None and content.startswith("test reply to: Answer: my printer")
+    assert "tool results: lookup: test reply to: Look up:" in content
+    assert streamed == content
