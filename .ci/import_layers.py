@@ -69,9 +69,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
         {"run", "recording", "compile", "tools", "spec", "runtime", "runtimes", "telemetry"}
     ),
     # A Program plus inputs -> a record; the seam every front end sits on.
-    "run": frozenset(
-        {"recording", "compile", "tools", "spec", "runtime", "runtimes", "telemetry"}
-    ),
+    "run": frozenset({"recording", "compile", "tools", "spec", "runtime", "runtimes", "telemetry"}),
     # OpenTelemetry (an optional extra): a run's session trace nodes become spans. The
     # front ends switch it on, the run asks for it; it reads only the trace of runtime.
     "telemetry": frozenset({"runtime", "runtimes"}),
