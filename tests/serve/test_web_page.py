@@ -67,6 +67,11 @@ methods:
   tidy:
     description: Tidy up, asking first.
     prompt: Tidy up.
+  route:
+    prompt: Where next?
+    toolset: none
+    choices:
+      finish: {description: Nothing more to do, value: finished}
   label:
     inputs: {text: {type: string}}
     prompt: "Label {{ text }}"
@@ -296,6 +301,17 @@ def test_the_trace_of_a_run_shows_its_spans(page: Page, served: Served, tmp_path
     expect(trace.locator(".span.exec summary").first).to_contain_text(re.compile(r"\d+→\d+ tok"))
     expect(trace.locator(".span.run summary").first).to_contain_text(re.compile(r"\d+ ms"))
     page.screenshot(path=tmp_path / "trace.png", full_page=True)
+
+
+def test_a_pick_is_shown_in_the_run_and_in_its_trace(page: Page) -> None:
+    _open_method(page, "greeter.route")
+    page.get_by_role("button", name="Run", exact=True).click()
+    result = page.locator("#result")
+    expect(result.locator(".badge")).to_have_text("ok", timeout=WAIT_MS)
+    expect(result.locator(".event.pick")).to_have_text("picked finish")
+    expect(result.locator(".output")).to_have_text("finished")
+    result.get_by_role("button", name="Trace").click()
+    expect(page.locator("#trace .span.exec .event.pick")).to_have_text("picked finish")
 
 
 def test_model_output_that_looks_like_html_is_shown_as_text_and_never_runs(

@@ -183,6 +183,9 @@ function readInputs() {
   return inputs;
 }
 
+// Enter in a field must not submit the form (it would leave the page); the buttons act.
+$("inputs").addEventListener("submit", (event) => event.preventDefault());
+
 $("render").addEventListener("click", async () => {
   const inputs = readInputs();
   if (inputs === null) return;

@@ -103,7 +103,10 @@ function span(node, kids) {
     extra.push(el("li", { class: "event retry" }, `attempt ${i + 1} failed: ${attempt.reason}${attempt.http_status ? ` (HTTP ${attempt.http_status})` : ""}: ${short(attempt.message ?? "", 200)}${wait}`));
   }
   for (const repair of data.repairs ?? []) extra.push(el("li", { class: "event retry" }, `repair: ${short(repair, 200)}`));
-  if (data.pick) extra.push(el("li", { class: "event pick" }, "picked ", el("code", { text: data.pick.choice ?? data.pick.call ?? short(data.pick, 80) }), " ", short(data.pick.args ?? data.pick.fields ?? "", 200)));
+  if (data.pick) {
+    const fields = data.pick.fields && Object.keys(data.pick.fields).length ? ` ${short(data.pick.fields, 200)}` : "";
+    extra.push(el("li", { class: "event pick" }, "picked ", el("code", { text: String(data.pick.decision ?? short(data.pick, 80)) }), fields));
+  }
   const details = el(
     "div",
     { class: "span-body" },
