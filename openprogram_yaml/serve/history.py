@@ -11,6 +11,7 @@ older records of that file (their traces were not kept: only the record is shown
 from __future__ import annotations
 
 import json
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,8 +26,10 @@ __all__ = ["DEFAULT_HISTORY", "RunHistory"]
 #: Runs kept in memory: enough for a day of trying prompts, a few MB at most.
 DEFAULT_HISTORY = 200
 
-#: Records read back from ``--records FILE`` at most (its last lines).
+#: Records read back from ``--records FILE`` at most (its last lines), and the bytes read
+#: from its end to find them: ``/runs`` stays quick however long the file has grown.
 MAX_FILE_RECORDS = 1000
+MAX_FILE_TAIL = 8 << 20
 
 #: What ``GET /runs`` shows of each record.
 SUMMARY_KEYS = ("id", "agent", "method", "model", "status", "started_at", "elapsed_s", "usage")
@@ -100,9 +103,15 @@ class RunHistory:
         if self.records is None:
             return []
         try:
-            lines = self.records.read_text(encoding="utf-8", errors="replace").splitlines()
+            with self.records.open("rb") as file:
+                size = file.seek(0, os.SEEK_END)
+                file.seek(max(0, size - MAX_FILE_TAIL))
+                tail = file.read(MAX_FILE_TAIL)
         except OSError:
             return []
+        lines = tail.decode("utf-8", errors="replace").splitlines()
+        if size > MAX_FILE_TAIL:
+            lines = lines[1:]  # begun before the part read
         found: list[JSONObject] = []
         for line in lines[-MAX_FILE_RECORDS:]:
             try:

@@ -416,3 +416,14 @@ def test_serve_prints_the_address_of_its_page(tmp_path: Path) -> None:
     out = asyncio.run(scenario())
     assert "http://127.0.0.1:" in out and "/ (version" in out and "token required" in out
     assert TOKEN not in out
+
+
+def test_runs_reads_only_the_end_of_a_long_records_file(tmp_path: Path) -> None:
+    records = tmp_path / "runs.jsonl"
+    line = {"id": "", "agent": "echo", "method": "say", "status": "ok", "pad": "x" * 200}
+    with records.open("w", encoding="utf-8") as file:
+        for n in range(50_000):  # about 13 MB, past the part read
+            file.write(json.dumps({**line, "id": f"run{n:06d}"}) + "\n")
+    runs = RunHistory(records=records).summaries()
+    assert len(runs) == 1000
+    assert runs[0]["id"] == "run049999" and runs[-1]["id"] == "run049000"
