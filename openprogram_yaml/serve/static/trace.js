@@ -28,9 +28,9 @@ export async function showHistory(list, openTrace) {
         el(
           "button",
           { type: "button", class: "run-link", "data-run": r.id, onclick: () => openTrace(r.id) },
-          el("span", { class: `dot ${r.status}`, title: r.status, "aria-label": r.status }),
+          el("span", { class: `dot ${r.status}`, "aria-hidden": "true" }),
           el("span", { class: "run-name", text: `${r.agent}.${r.method}` }),
-          el("span", { class: "muted", text: `${when(r.started_at)} · ${duration(r.elapsed_s)}${r.error ? ` · ${r.error}` : ""}` }),
+          el("span", { class: "muted", text: `${r.status} · ${when(r.started_at)} · ${duration(r.elapsed_s)}${r.error ? ` · ${r.error}` : ""}` }),
         ),
       ),
     ),
@@ -63,7 +63,7 @@ export async function showTrace(box, id, openTrace) {
     el("details", { class: "inputs-used" }, el("summary", { text: "inputs" }), el("pre", { text: pretty(record.inputs ?? {}) })),
     recordView(record, null),
     el("h3", { text: "Spans" }),
-    nodes.length ? el("ul", { class: "tree", role: "tree" }, tree(nodes)) : el("p", { class: "muted", text: "No trace was kept for this run." }),
+    nodes.length ? el("ul", { class: "tree" }, tree(nodes)) : el("p", { class: "muted", text: "No trace was kept for this run." }),
   );
 }
 
@@ -118,7 +118,7 @@ function span(node, kids) {
   );
   return el(
     "li",
-    { role: "treeitem", class: `span ${node.kind}` },
-    el("details", { open: node.kind !== "tool" || failed }, summary, details, kids.length ? el("ul", { role: "group" }, kids) : null),
+    { class: `span ${node.kind}` },
+    el("details", { open: node.kind !== "tool" || failed }, summary, details, kids.length ? el("ul", {}, kids) : null),
   );
 }
