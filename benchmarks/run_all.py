@@ -22,6 +22,7 @@ SCRIPTS = {
     # A smoke run stays at 1,000 agents: writing and checking 10,000 takes about a minute.
     "compile.py": ["--agents", "1000", "--runs", "1", "--edits", "3"],
     "reload.py": ["--saves", "10", "--agents", "1000", "--scale-saves", "3"],
+    "serve.py": ["--requests", "500", "--rounds", "1", "--sequential", "200", "--in-flight", "200"],
 }
 
 
