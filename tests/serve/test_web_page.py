@@ -1,6 +1,7 @@
 """The web page served at ``/``, driven in a real browser: Playwright's Python API and the
-system's ``chromium`` (Playwright's own browser download is not used), against
-``openprogram-run serve`` started on 127.0.0.1 with the offline ``test`` model.
+system's ``chromium`` (Playwright's own browser download is not used), against the server on
+127.0.0.1 with the offline ``test`` model: in a thread with its own event loop, and once as
+``openprogram-run serve`` in a subprocess.
 
 Each test saves screenshots under its temporary folder. Without chromium the browser tests
 are skipped, except in CI (``CI`` set), where that is a failure: ``.ci/run`` installs it.
@@ -9,6 +10,7 @@ The page's JSON APIs (``serve/web.py``) are also checked over plain HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
@@ -23,6 +25,11 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from openprogram_yaml.run.questions import PendingQuestions
+from openprogram_yaml.run.reload import ProgramHolder
+from openprogram_yaml.run.service import RunService
+from openprogram_yaml.serve.app import Server, ServeState
 
 #: How long the page may take to show what a test waits for (a run, a reload), in ms.
 WAIT_MS = 20_000
@@ -88,21 +95,53 @@ TOKEN = "web-page-token-9876543210"
 
 @dataclass
 class Served:
-    """``openprogram-run serve`` in a subprocess: its address and what it printed."""
+    """A server on 127.0.0.1: its address, the agent file it serves, and what it printed
+    (the subprocess only)."""
 
     url: str
     agent: Path
-    process: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
 
 
 @contextmanager
-def _serve(agent: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+def _serve(agent: Path) -> Iterator[Served]:
+    """The server in a thread with its own event loop, reloading the agent as it changes."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    stop = asyncio.Event()
+
+    async def start() -> tuple[Server, asyncio.Task[None], int]:
+        holder = ProgramHolder(agent)
+        holder.load()
+        server = Server(ServeState(holder, RunService(holder.snapshot, asker=PendingQuestions())))
+        watcher = asyncio.create_task(holder.watch(stop))
+        await holder.watching.wait()
+        return server, watcher, await server.start(0)
+
+    async def close(server: Server, watcher: asyncio.Task[None]) -> None:
+        stop.set()
+        await server.close(grace_s=0)
+        await watcher
+
+    server, watcher, port = asyncio.run_coroutine_threadsafe(start(), loop).result(30)
+    try:
+        yield Served(f"http://127.0.0.1:{port}", agent)
+    finally:
+        asyncio.run_coroutine_threadsafe(close(server, watcher), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+
+
+@contextmanager
+def _serve_cli(agent: Path, *extra: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """``openprogram-run serve`` in a subprocess."""
     process = subprocess.Popen(
         [sys.executable, "-m", "openprogram_yaml", "serve", str(agent), "--port", "0", *extra],
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", "WEB_PAGE_TEST_KEY": SECRET, **(env or {})},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         cwd=agent.parent,
     )
     stderr = process.stderr
@@ -112,7 +151,7 @@ def _serve(agent: Path, *extra: str, env: dict[str, str] | None = None) -> Itera
     if match is None:
         process.kill()
         raise AssertionError(f"serve did not start: {first}{stderr.read()}")
-    served = Served(f"http://127.0.0.1:{match.group(1)}", agent, process, [first])
+    served = Served(f"http://127.0.0.1:{match.group(1)}", agent, [first])
     # Drained for the whole run, so the server never blocks on a full pipe.
     drain = threading.Thread(
         target=lambda: served.lines.extend(iter(stderr.readline, "")), daemon=True
@@ -124,11 +163,11 @@ def _serve(agent: Path, *extra: str, env: dict[str, str] | None = None) -> Itera
         process.terminate()
         process.wait(timeout=30)
         drain.join(timeout=5)
-    assert SECRET not in "".join(served.lines)
 
 
 @pytest.fixture
-def agent(tmp_path: Path) -> Path:
+def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("WEB_PAGE_TEST_KEY", SECRET)
     (tmp_path / "greeter_tools.py").write_text(TOOLS)
     path = tmp_path / "greeter.yaml"
     path.write_text(AGENT)
@@ -374,7 +413,7 @@ def test_a_confirmation_is_answered_on_the_page_and_the_run_goes_on(
 def test_with_a_token_the_page_opens_once_from_a_link_carrying_it(
     browser: Browser, agent: Path, tmp_path: Path
 ) -> None:
-    with _serve(agent, env={"OPENPROGRAM_SERVE_TOKEN": TOKEN}) as served:
+    with _serve_cli(agent, env={"OPENPROGRAM_SERVE_TOKEN": TOKEN}) as served:
         context = browser.new_context()
         page = context.new_page()
         refused = page.goto(served.url + "/")
@@ -389,3 +428,4 @@ def test_with_a_token_the_page_opens_once_from_a_link_carrying_it(
         page.screenshot(path=tmp_path / "with-token.png", full_page=True)
         assert TOKEN not in page.content()
         context.close()
+    assert SECRET not in "".join(served.lines)
