@@ -37,6 +37,8 @@ SUMMARY_KEYS = ("id", "agent", "method", "model", "status", "started_at", "elaps
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
+    """One run kept: its record and trace, made JSON (redacted) when shown."""
+
     record: RunRecord
     trace: SessionTrace | None
 
