@@ -57,6 +57,7 @@ name: greeter
 description: Greets people.
 model: test
 instructions: You greet people. The key is ${env:WEB_PAGE_TEST_KEY}.
+ask_user: true
 tools:
   remove:
     python: greeter_tools:remove
@@ -394,20 +395,30 @@ def test_an_edit_shows_a_reload_notice_and_a_broken_one_its_diagnostic(
     page.screenshot(path=tmp_path / "reload-failed.png", full_page=True)
 
 
-def test_a_confirmation_is_answered_on_the_page_and_the_run_goes_on(
+def test_questions_are_answered_on_the_page_and_the_run_goes_on(
     page: Page, served: Served, tmp_path: Path
 ) -> None:
     _open_method(page, "greeter.tidy")
+    page.get_by_role("button", name="Render").click()  # the tools it would offer
+    expect(page.locator("#result .tools code")).to_have_text(["remove", "ask_user"])
     page.get_by_role("button", name="Run", exact=True).click()
-    question = page.locator("#questions .question")
-    expect(question.locator(".prompt")).to_have_text("Remove test?", timeout=WAIT_MS)
-    page.screenshot(path=tmp_path / "question.png", full_page=True)
-    question.get_by_role("button", name="Yes").click()
+
+    # The model calls both tools: the confirmation of `remove`, and `ask_user` with options.
+    confirm = page.locator("#questions .question.confirm")
+    expect(confirm.locator(".prompt")).to_have_text("Remove test?", timeout=WAIT_MS)
+    page.screenshot(path=tmp_path / "questions.png", full_page=True)
+    confirm.get_by_role("button", name="Yes").click()
+    ask = page.locator("#questions .question.ask")
+    ask.get_by_role("button", name="test", exact=True).click(timeout=WAIT_MS)
 
     result = page.locator("#result")
     expect(result.locator(".badge")).to_have_text("ok", timeout=WAIT_MS)
-    expect(result.locator(".event.tool").last).to_contain_text("remove removed test")
+    expect(result.locator(".event.tool").filter(has_text="← remove")).to_contain_text(
+        "remove removed test"
+    )
+    expect(result.locator(".event.tool").filter(has_text="← ask_user")).to_contain_text("test")
     expect(page.locator("#questions")).to_be_hidden()
+    assert httpx.get(f"{served.url}/questions").json() == {"questions": []}
 
 
 def test_with_a_token_the_page_opens_once_from_a_link_carrying_it(
