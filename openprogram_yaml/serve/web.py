@@ -22,7 +22,6 @@ from aiohttp import web
 
 from ..json_types import JSONObject, JSONValue
 from ..redaction import redact
-from ..run.record import run_secrets
 from ..run.render import render_method
 from .app import ServeState, error_reply
 from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
@@ -107,7 +106,7 @@ class _WebPage:
                 for c in method.choices or ()
             ],
         }
-        return _json(info, run_secrets(agent))
+        return _json(info, self.state.secrets())
 
     async def render(self, request: web.Request) -> web.Response:
         program, stamp = self.state.holder.snapshot()
@@ -121,7 +120,8 @@ class _WebPage:
         rendered = await render_method(
             program, stamp, agent.name, method.name, inputs, model=self.state.model
         )
-        secrets = rendered.record.secrets or run_secrets(agent)
+        # The version rendered may be older than the one serving now: its own secrets too.
+        secrets = self.state.secrets() | rendered.record.secrets
         if rendered.request is None:
             error = rendered.record.error or {}
             status = 400 if rendered.record.exit_code == 2 else 500
