@@ -386,6 +386,12 @@ def test_an_edit_shows_a_reload_notice_and_a_broken_one_its_diagnostic(
     expect(page.locator("#version")).not_to_have_text(before)
     page.screenshot(path=tmp_path / "reloaded.png", full_page=True)
 
+    _open_method(page, "greeter.wave")
+    expect(page.locator("#method-title")).to_have_text("greeter.wave")
+    served.agent.write_text(AGENT)  # wave is gone again: so is its form
+    expect(page.locator('[data-method="greeter.wave"]')).to_have_count(0, timeout=WAIT_MS)
+    expect(page.locator("#method")).to_be_hidden()
+
     served.agent.write_text(AGENT.replace("    prompt: Tidy up.\n", "    promt: Tidy up.\n"))
     expect(notice).to_contain_text("Reload failed", timeout=WAIT_MS)
     expect(notice.locator(".diagnostics")).to_contain_text(

@@ -115,8 +115,14 @@ async function refreshAgents() {
     ),
   );
   if (view.agent) {
-    const still = agents[view.agent]?.methods?.[view.method];
-    if (still) openMethod(view.agent, view.method, { keepResult: true });
+    if (agents[view.agent]?.methods?.[view.method]) {
+      openMethod(view.agent, view.method, { keepResult: true });
+    } else {
+      // The method is gone from the new version: its form no longer means anything.
+      Object.assign(view, { agent: null, method: null, readInputs: null });
+      $("method").hidden = true;
+      $("welcome").hidden = false;
+    }
   }
 }
 
