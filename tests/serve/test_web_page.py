@@ -17,10 +17,11 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,6 +30,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from openprogram_yaml.run.questions import PendingQuestions
 from openprogram_yaml.run.reload import ProgramHolder
 from openprogram_yaml.run.service import RunService
+from openprogram_yaml.runtimes.protocol import Message, RuntimeDelta, RuntimeResult, Usage
+from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime
 from openprogram_yaml.serve.app import Server, ServeState
 
 #: How long the page may take to show what a test waits for (a run, a reload), in ms.
@@ -58,6 +61,8 @@ description: Greets people.
 model: test
 instructions: You greet people. The key is ${env:WEB_PAGE_TEST_KEY}.
 ask_user: true
+runtimes:
+  - {match: "slow:*", runtime: web-page-slow}
 tools:
   remove:
     python: greeter_tools:remove
@@ -80,6 +85,10 @@ methods:
     toolset: none
     choices:
       finish: {description: Nothing more to do, value: finished}
+  slow:
+    model: slow:words
+    prompt: Greet slowly.
+    toolset: none
   label:
     inputs: {text: {type: string}}
     prompt: "Label {{ text }}"
@@ -92,6 +101,44 @@ methods:
 
 SECRET = "sk-web-page-secret-0123456789"
 TOKEN = "web-page-token-9876543210"
+
+
+class SlowStream:
+    """A runtime that streams ``Hello, `` at once and ``world`` only once the test says so."""
+
+    runtime_id = "web-page-slow"
+
+    def __init__(self) -> None:
+        self.go_on = threading.Event()
+
+    def supports(self, model_ref: str | None = None) -> bool:
+        return bool(model_ref and model_ref.startswith("slow:"))
+
+    async def run_turn(
+        self, prompt: str | Sequence[Message], *, model_ref: str | None = None, **kwargs: Any
+    ) -> RuntimeResult:
+        on_delta = kwargs["on_delta"]
+        on_delta(RuntimeDelta("text", "Hello, "))
+        await asyncio.to_thread(self.go_on.wait, 30)  # a wait for the test, not a sleep
+        on_delta(RuntimeDelta("text", "world"))
+        return RuntimeResult(content="Hello, world", usage=Usage(5, 2))
+
+    async def stream_turn(
+        self, prompt: str | Sequence[Message], **kwargs: Any
+    ) -> AsyncIterator[RuntimeDelta]:
+        pieces: list[RuntimeDelta] = []
+        await self.run_turn(prompt, **{**kwargs, "on_delta": pieces.append})
+        for piece in pieces:
+            yield piece
+
+
+@pytest.fixture
+def slow() -> Iterator[SlowStream]:
+    runtime = SlowStream()
+    register_runtime(runtime.runtime_id, runtime)
+    yield runtime
+    runtime.go_on.set()
+    unregister_runtime(runtime.runtime_id)
 
 
 @dataclass
@@ -290,6 +337,17 @@ def test_a_form_from_the_inputs_schema_runs_the_method_and_streams_the_answer(
     expect(result.get_by_text("method greeter.greet")).to_be_visible()
     expect(page.locator("#runs .run-link")).to_have_count(1)
     page.screenshot(path=tmp_path / "run.png", full_page=True)
+
+
+def test_the_answer_is_shown_as_it_streams(page: Page, slow: SlowStream) -> None:
+    _open_method(page, "greeter.slow")
+    page.get_by_role("button", name="Run", exact=True).click()
+    result = page.locator("#result")
+    expect(result.locator("pre.answer")).to_have_text("Hello, ", timeout=WAIT_MS)
+    expect(result.locator(".badge")).to_have_text("running")
+    slow.go_on.set()
+    expect(result.locator(".badge")).to_have_text("ok", timeout=WAIT_MS)
+    expect(result.locator(".output")).to_have_text("Hello, world")
 
 
 def test_a_structured_output_is_shown_as_json_after_the_streamed_reply(page: Page) -> None:
