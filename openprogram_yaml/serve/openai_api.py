@@ -193,16 +193,15 @@ def parse_chat_request(body: object) -> ChatRequest:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty array of messages.", "messages")
-    last_user: object = None
+    last_user: int | None = None
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise _bad(f"messages[{i}] must be an object with a string 'role'.", "messages")
         if message["role"] == "user":
-            last_user = message.get("content")
-            index = i
+            last_user = i
     if last_user is None:
         raise _bad("'messages' must hold a user message: its text is the method's input.")
-    text = _content_text(last_user, f"messages[{index}].content")
+    text = _content_text(messages[last_user].get("content"), f"messages[{last_user}].content")
     stream = _optional(body, "stream", bool) or False
     options = _optional(body, "stream_options", dict) or {}
     include_usage = options.get("include_usage", False)

@@ -129,6 +129,7 @@ def test_the_last_user_message_is_the_input_and_earlier_messages_are_ignored() -
         ({"model": "desk.answer", "messages": ["hi"]}, "messages[0] must be an object"),
         ({**user("x"), "messages": [{"role": "system", "content": "x"}]}, "must hold a user"),
         (user(42), "messages[0].content must be a string or an array of text parts"),
+        (user(None), "messages[0].content must be a string or an array of text parts"),
         (user([{"type": "image_url", "image_url": {}}]), "only text is taken (got 'image_url')"),
         ({**user("x"), "stream": "yes"}, "'stream' must be a boolean"),
         ({**user("x"), "stream_options": []}, "'stream_options' must be an object"),
