@@ -285,7 +285,13 @@ def test_the_sync_client_runs_a_method_and_reads_its_answer_and_usage(write) -> 
     with serving(write("desk.yaml", DESK)) as url, client(url) as openai:
         completion = openai.chat.completions.create(model="desk.answer", messages=ASK)  # type: ignore[arg-type]
         bare = openai.chat.completions.create(model="answer", messages=ASK)  # type: ignore[arg-type]
+        run_id = completion.id.removeprefix("chatcmpl-")
+        run = httpx.get(f"{url.removesuffix('/v1')}/runs/{run_id}").json()
     assert completion.object == "chat.completion" and completion.model == "desk.answer"
+    # The run is in the history like any other: its record, with its trace.
+    assert run["record"]["inputs"] == {"ticket": "my printer"}
+    assert run["record"]["output"] == completion.choices[0].message.content
+    assert run["trace"]
     [choice] = completion.choices
     assert choice.message.role == "assistant" and choice.finish_reason == "stop"
     assert choice.message.content == "test reply to: Answer: my printer"
