@@ -14,7 +14,8 @@ What a request means here:
   are the prompt, so a method answers the same whoever calls it. A conversation belongs to
   the agent (its tools, its ``choices``), not to the client.
 - Sampling parameters (``temperature``, ``max_tokens``, ``tools`` …) are ignored: the YAML
-  decides them. A known field of the wrong type is still an error, and ``n`` must be 1.
+  decides them. The fields read (``model``, ``messages``, ``stream``, ``stream_options``,
+  ``n``) must have their types, and ``n`` must be 1.
 - The message content is the run's output: text as it is, any other JSON value (a response
   schema's object, a ``choices`` value) as compact JSON.
 
