@@ -172,6 +172,8 @@ class StructuredOutputError(OpenProgramError, ValueError):
     """Structured output failed. ``code`` is stable; ``issues`` is bounded."""
 
     code: str = "structured_output"
+    #: How many repair turns the model was given before the exec gave up.
+    repairs: int = 0
 
     def __init__(
         self, message: str, *, code: str | None = None, issues: Iterable[str] = ()
@@ -180,6 +182,16 @@ class StructuredOutputError(OpenProgramError, ValueError):
             self.code = code
         self.issues: list[str] = list(issues)[:MAX_ISSUES]
         super().__init__(message)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The structured fields, for JSON output and traces."""
+        return {
+            "type": type(self).__name__,
+            "message": str(self),
+            "code": self.code,
+            "issues": self.issues,
+            "repairs": self.repairs,
+        }
 
 
 class StructuredOutputSchemaError(StructuredOutputError):

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..run.record import RunRecord
     from ..runtime.retry import RetryInfo
     from ..runtimes.protocol import SelectorWrapper
+    from .display import RunDisplay
     from .terminal_asker import TerminalAsker
 
 __all__ = ["main"]
@@ -106,6 +107,12 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("-y", "--yes", action="store_true", help=_YES_HELP)
     p.add_argument(
         "-q", "--quiet", action="store_true", help="print no line on stderr when a call is retried"
+    )
+    p.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="on a terminal, print the answer at the end (by default it shows as it streams, "
+        "with tool calls and a spinner)",
     )
     _add_otel_options(p)
     return p
@@ -273,7 +280,8 @@ def _cmd_run(argv: Sequence[str]) -> int:
         _emit(sys.stderr, "error: --record and --replay do not go together")
         return 2
     wrap = _selector_wrapper(args.record, args.replay, secrets)
-    status = _Status(f"{agent.name}.{method.name}")
+    display = _display(args, program, f"{agent.name}.{method.name}", secrets)
+    status: _Status | RunDisplay = display or _Status(f"{agent.name}.{method.name}")
     # Ready everything the first turn needs while the collector is still off. A failure
     # here is left to the run, which records it.
     import contextlib
@@ -293,9 +301,11 @@ def _cmd_run(argv: Sequence[str]) -> int:
                 trace=trace,
                 wrap_selector=wrap,
                 live_tools=args.live_tools,
-                on_retry=None if args.quiet else _RetryLine(status, secrets),
+                # A display shows retries from the run's events, on its own line.
+                on_retry=None if args.quiet or display else _RetryLine(status, secrets),
                 asker=_terminal_asker(status, secrets),
                 approve_all=args.yes,
+                on_event=display,
             )
         )
     finally:
@@ -303,20 +313,45 @@ def _cmd_run(argv: Sequence[str]) -> int:
         kept = trace is None or _wrote(args.trace, lambda: append_trace(args.trace, trace, secrets))
     if args.records is not None:
         kept &= _wrote(args.records, lambda: RecordLog(args.records).append(record))
+    shown = display is not None and display.finish(record.output)
     if args.json:
         _emit(sys.stdout, record.to_json())
-    elif record.error is None:
+    elif record.error is None and not shown:
         _emit(sys.stdout, _format_output(record.output), secrets)
     if record.tools_not_run and not args.json:
         _emit(sys.stderr, _not_run_note(record.tools_not_run))
     if record.error is not None:
-        kind = record.error.get("type", "error")
-        _emit(sys.stderr, f"error: {kind}: {record.error.get('message', '')}", secrets)
+        from .run_errors import describe_error
+
+        _emit(sys.stderr, describe_error(record.error), secrets)
     # A run that succeeded but whose trace or record was lost did not do all it was asked.
     return code or (0 if kept else 1)
 
 
-def _terminal_asker(status: _Status, secrets: frozenset[str]) -> TerminalAsker | None:
+def _display(
+    args: argparse.Namespace, program: Program, title: str, secrets: frozenset[str]
+) -> RunDisplay | None:
+    """The live display of the run when stdout is a terminal (not with ``--json`` or
+    ``--no-stream``); None keeps the output exactly as a pipe gets it."""
+    if args.json or args.no_stream or not sys.stdout.isatty():
+        return None
+    from .display import RunDisplay
+
+    def streams_text(agent: str, method: str) -> bool:
+        found = program.agent(agent).method(method)
+        return found.response_format is None and found.choices is None
+
+    return RunDisplay(
+        title,
+        out=sys.stdout,
+        err=sys.stderr,
+        secrets=secrets,
+        streams_text=streams_text,
+        quiet=args.quiet,
+    )
+
+
+def _terminal_asker(status: _Status | RunDisplay, secrets: frozenset[str]) -> TerminalAsker | None:
     """The terminal to ask the person on, when stdin and stdout are one; else nobody.
     A question may hold a secret (a confirmation templated with one): it is shown redacted."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
@@ -575,7 +610,7 @@ class _RetryLine:
     """Prints ``HTTP 500 – retrying in 3.2 s (2/6)`` on stderr before each retry's sleep,
     so a run that waits on a failing server does not look hung."""
 
-    def __init__(self, status: _Status, secrets: frozenset[str]) -> None:
+    def __init__(self, status: _Status | RunDisplay, secrets: frozenset[str]) -> None:
         self.status = status
         self.secrets = secrets
 

@@ -19,6 +19,7 @@ from ..run.reload import ProgramHolder, ReloadEvent, describe_failure, describe_
 from ..run.service import RunService
 from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
 from ..runtime.trace import SessionTrace
+from .run_errors import describe_error
 
 __all__ = ["watch_and_run"]
 
@@ -80,9 +81,7 @@ async def watch_and_run(
                 text = json.dumps(record.output, indent=2, ensure_ascii=False)
             _print(redact(text, record.secrets))
         else:
-            error = record.error or {}
-            message = f"error: {error.get('type')}: {error.get('message')}"
-            say(redact(message, record.secrets))
+            say(redact(describe_error(record.error or {}), record.secrets))
 
     holder.listeners.append(on_reload)
     service.listeners.append(on_record)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from openprogram_yaml.errors import ErrorReason, LLMError
+from openprogram_yaml.errors import ErrorReason, LLMError, StructuredOutputError
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.retry import RecoveryBudget, RetryInfo, backoff_delay
@@ -200,6 +200,8 @@ class ExecRun:
             if isinstance(outcome, Done):
                 break
             if redos >= terminal.max_redos or (terminal.budgeted and not self.budget.take_repair()):
+                if isinstance(outcome.error, StructuredOutputError):
+                    outcome.error.repairs = redos  # the CLI says how many were tried
                 raise outcome.error
             redos += 1
             if self.repairs is None:

@@ -1,0 +1,264 @@
+"""A plain run on a terminal: the answer shows as it streams, tool calls and results as
+one-line events, retries as one line; piped, ``--json`` or ``--no-stream``, the output is
+what it always was. Driven through a pseudo-terminal (a real ``openprogram-run`` child with
+a pty as stdout) against the loopback chat server streaming SSE and the offline model."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from loopback import (
+    LoopbackServer,
+    Reply,
+    chat_completion,
+    json_reply,
+    openai_sse,
+    sse_reply,
+    status_reply,
+)
+
+from openprogram_yaml.runner.cli import main
+
+AGENT = """\
+version: 1
+name: writer
+model: local:llama3
+retry: {max_retries: 3, backoff_base_s: 0.001}
+runtimes:
+  - {match: "local:*", runtime: openai, options: {base_url: "%s", api_key_env: WRITER_KEY}}
+methods:
+  greet:
+    inputs: {who: {type: string}}
+    prompt: "Greet {{ who }}."
+  mood:
+    prompt: "How do you feel?"
+    response_schema:
+      name: mood
+      schema:
+        type: object
+        additionalProperties: false
+        required: [sentiment]
+        properties: {sentiment: {type: string, enum: [good, bad]}}
+"""
+
+SECRET = "sk-writer-0123456789"
+
+
+def _chunk(text: str) -> dict[str, object]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+
+def _done() -> dict[str, object]:
+    return {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+
+
+class _Gated(list[str]):
+    """SSE events of which the first ``head`` are sent at once, the rest once ``gate`` is
+    set: the test sees the first piece on the terminal while the reply is still open."""
+
+    def __init__(self, events: list[str], head: int, gate: threading.Event) -> None:
+        super().__init__(events)
+        self.head = head
+        self.gate = gate
+
+    def __iter__(self) -> Iterator[str]:
+        events = list(super().__iter__())
+        yield from events[: self.head]
+        assert self.gate.wait(30), "the test never saw the first piece"
+        yield from events[self.head :]
+
+
+def _read_until(fd: int, wanted: bytes, seen: bytearray, limit_s: float = 30.0) -> bytes:
+    """What the terminal showed up to and including ``wanted``; a bounded wait, no sleep."""
+    end = time.monotonic() + limit_s
+    while wanted not in seen:
+        left = end - time.monotonic()
+        assert left > 0, f"no {wanted!r} on the terminal: {bytes(seen)!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                chunk = b""
+            assert chunk, f"the terminal closed before {wanted!r}: {bytes(seen)!r}"
+            seen += chunk
+    head, _, rest = bytes(seen).partition(wanted)
+    seen[:] = rest
+    return head + wanted
+
+
+def _read_rest(fd: int) -> bytes:
+    out = bytearray()
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    return bytes(out)
+
+
+def _on_a_terminal(args: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``openprogram-run ARGS`` with a pty as stdin and stdout (stderr a pipe)."""
+    controller, terminal = os.openpty()
+    env = {**os.environ, "WRITER_KEY": SECRET}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openprogram_yaml", *args],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+    )
+    os.close(terminal)
+    return proc, controller
+
+
+def test_a_text_answer_shows_on_the_terminal_as_it_streams(tmp_path: Path) -> None:
+    gate = threading.Event()
+    events = openai_sse([_chunk("Hello, "), _chunk("Ada"), _chunk("!"), _done()])
+    with LoopbackServer() as server:
+        reply = sse_reply([])
+        server.add(Reply(reply.status, b"", reply.headers, events=_Gated(events, 1, gate)))
+        (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
+        proc, controller = _on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
+        seen = bytearray()
+        try:
+            # The first piece is on the terminal while the server still holds the rest.
+            _read_until(controller, b"Hello, ", seen)
+            gate.set()
+            _, err = proc.communicate(timeout=60)
+            rest = bytes(seen) + _read_rest(controller)
+        finally:
+            gate.set()
+            proc.kill()
+            os.close(controller)
+        [request] = server.requests
+    assert proc.returncode == 0, err
+    assert request.json["stream"] is True
+    # The answer once, ended by one newline (not printed again at the end).
+    assert rest.replace(b"\r\n", b"\n") == b"Ada!\n"
+
+
+def test_a_secret_split_across_pieces_is_hidden_on_the_terminal(tmp_path: Path) -> None:
+    half = len(SECRET) // 2
+    pieces = ["key: ", SECRET[:half], SECRET[half:], " done"]
+    with LoopbackServer() as server:
+        server.add(sse_reply(openai_sse([*map(_chunk, pieces), _done()])))
+        (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
+        proc, controller = _on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
+        try:
+            _, err = proc.communicate(timeout=60)
+            out = _read_rest(controller)
+        finally:
+            proc.kill()
+            os.close(controller)
+    assert proc.returncode == 0, err
+    assert SECRET[:half].encode() not in out and SECRET[half:].encode() not in out
+    assert out.replace(b"\r\n", b"\n") == b"key: *** done\n"
+
+
+def test_a_retry_is_one_line_on_stderr_and_the_next_attempt_streams(tmp_path: Path) -> None:
+    with LoopbackServer() as server:
+        server.add(status_reply(429, {"error": {"message": "slow down"}}))
+        server.add(sse_reply(openai_sse([_chunk("Hi"), _done()])))
+        (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
+        proc, controller = _on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
+        try:
+            _, err = proc.communicate(timeout=60)
+            out = _read_rest(controller)
+        finally:
+            proc.kill()
+            os.close(controller)
+    assert proc.returncode == 0, err
+    lines = err.decode().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("HTTP 429 – retrying in "), lines
+    assert lines[0].endswith(" s (2/3)")  # the second attempt of three
+    assert out.replace(b"\r\n", b"\n") == b"Hi\n"
+
+
+TOOLS_AGENT = """\
+version: 1
+name: helper
+model: test
+tools:
+  lookup:
+    python: helper_tools:lookup
+methods:
+  answer:
+    prompt: Look it up.
+"""
+
+
+def test_tool_calls_and_results_are_one_line_events_under_the_offline_model(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "helper_tools.py").write_text(
+        'def lookup(topic: str) -> str:\n    """Look a topic up."""\n    return "found 3 notes"\n'
+    )
+    (tmp_path / "agent.yaml").write_text(TOOLS_AGENT)
+    proc, controller = _on_a_terminal(["agent.yaml", "answer"], tmp_path)
+    try:
+        _, err = proc.communicate(timeout=60)
+        out = _read_rest(controller).decode().replace("\r\n", "\n")
+    finally:
+        proc.kill()
+        os.close(controller)
+    assert proc.returncode == 0, err
+    lines = err.decode().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("→ lookup({") and '"topic"' in lines[0]
+    assert lines[1] == "← lookup returned: found 3 notes"
+    assert out.endswith("\n") and out.count("\n") >= 1
+    # Shown once: the streamed answer is not printed again at the end.
+    assert "found 3 notes" in out and out.count(out.strip()) == 1
+
+
+@pytest.mark.parametrize("flag", ["--no-stream", "--json"])
+def test_no_stream_and_json_on_a_terminal_print_as_a_pipe_gets_it(
+    tmp_path: Path, flag: str
+) -> None:
+    with LoopbackServer() as server:
+        server.add(json_reply(chat_completion("Hello, Ada!")))
+        (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
+        proc, controller = _on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada", flag], tmp_path)
+        try:
+            _, err = proc.communicate(timeout=60)
+            out = _read_rest(controller).decode().replace("\r\n", "\n")
+        finally:
+            proc.kill()
+            os.close(controller)
+        [request] = server.requests
+    assert proc.returncode == 0, err
+    assert "stream" not in request.json  # not streamed: the same request a pipe sends
+    if flag == "--json":
+        assert json.loads(out)["output"] == "Hello, Ada!"
+    else:
+        assert out == "Hello, Ada!\n"
+
+
+def test_a_schema_failure_says_its_issues_and_how_many_repairs_were_tried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with LoopbackServer() as server:
+        for _ in range(4):
+            server.add(json_reply(chat_completion('{"sentiment": "mixed"}')))
+        path = tmp_path / "agent.yaml"
+        path.write_text(AGENT % (server.url + "/v1"))
+        code = main([str(path), "mood"])
+        sent = len(server.requests)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "$.sentiment: must be one of" in err
+    assert f"after {sent - 1} repair" in err
