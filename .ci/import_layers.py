@@ -27,6 +27,8 @@ BASE: dict[str, frozenset[str]] = {
     "json_types": frozenset(),
     "_file_writes": frozenset({"errors"}),
     "safe_urls": frozenset({"errors"}),
+    # Who may call a server (loopback rule, bearer token): shared by serve and mcp.
+    "access": frozenset(),
 }
 
 #: The contract, top (front ends) to bottom. Read "runner may import run, compile, …".
@@ -52,6 +54,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "runner": frozenset(
         {
             "serve",
+            "mcp",
             "run",
             "recording",
             "compile",
@@ -68,6 +71,9 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "serve": frozenset(
         {"run", "recording", "compile", "tools", "spec", "runtime", "runtimes", "telemetry"}
     ),
+    # The MCP front end (the mcp SDK): methods as tools and prompts. Beside runner and serve,
+    # importing neither: what front ends share lives in run/ or a base module (access).
+    "mcp": frozenset({"run", "recording", "compile", "tools", "spec", "runtime", "runtimes"}),
     # A Program plus inputs -> a record; the seam every front end sits on.
     "run": frozenset({"recording", "compile", "tools", "spec", "runtime", "runtimes", "telemetry"}),
     # OpenTelemetry (an optional extra): a run's session trace nodes become spans. The

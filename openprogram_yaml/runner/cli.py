@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-SUBCOMMANDS = ("check", "lock", "render", "runtimes", "schema", "serve", "test")
+SUBCOMMANDS = ("check", "lock", "mcp", "render", "runtimes", "schema", "serve", "test")
 
 _DESCRIPTION = """\
 Run a method of a YAML agent:
@@ -46,6 +46,8 @@ Run a method of a YAML agent:
 Other commands:
   openprogram-run serve PATH [--port N] [--host H --token T] [--records FILE]
                                    serve runs over HTTP (127.0.0.1), reloading on change
+  openprogram-run mcp PATH [--http [--port N] [--host H --token T]] [--records FILE]
+                                   serve the methods as MCP tools and prompts (stdio)
   openprogram-run check PATH...    validate, report every problem, run nothing
   openprogram-run test PATH        run the tests kept with the prompts (offline by default)
   openprogram-run render PATH [METHOD] [-i NAME=VALUE]...
@@ -575,6 +577,74 @@ def _cmd_serve(argv: Sequence[str]) -> int:
     )
 
 
+def _cmd_mcp(argv: Sequence[str]) -> int:
+    from ..run.shutdown import DEFAULT_GRACE_S
+
+    p = _Parser(
+        prog="openprogram-run mcp",
+        description="Serve a prompt repository over MCP while its files change: each method\n"
+        "is a tool named AGENT.METHOD (its inputs schema as the tool's input schema) and\n"
+        "a prompt of the same name, rendered by the repository's templates. stdio by\n"
+        "default (stdout is the protocol; messages go to stderr); --http serves\n"
+        "streamable HTTP at http://127.0.0.1:PORT/mcp.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", metavar="PATH", help="an agent file, or a project folder")
+    p.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
+    p.add_argument("--port", type=int, default=8766, help="--http port (0: any free one)")
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="--http address (default: %(default)s); any other than loopback needs a token",
+    )
+    p.add_argument(
+        "--token",
+        help="--http: require 'Authorization: Bearer TOKEN' on every request (default: "
+        "$OPENPROGRAM_SERVE_TOKEN, which other users cannot read in the process list)",
+    )
+    p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model of every run")
+    p.add_argument("--records", metavar="FILE", type=Path, help="append each run's record")
+    p.add_argument(
+        "--grace",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        help="at the end, how long runs in flight may finish (default: %(default)s)",
+    )
+    p.add_argument("--no-watch", action="store_true", help="serve one version; do not reload")
+    p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
+    p.add_argument(
+        "-y",
+        "--yes",
+        action="store_true",
+        help="approve every tool confirmation (without it, tools declared `confirm` ask the "
+        "client's user when the client supports elicitation, and are refused otherwise)",
+    )
+    args = p.parse_args(argv)
+    if _refused_outputs(args):
+        return 2
+    import asyncio
+
+    from ..mcp.driver import serve_repository
+
+    _startup_done()
+    return asyncio.run(
+        serve_repository(
+            Path(args.path),
+            http=args.http,
+            host=args.host,
+            port=args.port,
+            token=args.token,
+            model=args.model,
+            records=args.records,
+            grace_s=args.grace,
+            watch=not args.no_watch,
+            live_tools=args.live_tools,
+            approve_all=args.yes,
+        )
+    )
+
+
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     """An argparse ``type``: ``kind`` (int or float), above 0."""
 
@@ -893,6 +963,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "runtimes": _cmd_runtimes,
                 "schema": _cmd_schema,
                 "serve": _cmd_serve,
+                "mcp": _cmd_mcp,
                 "test": _cmd_test,
                 "render": _cmd_render,
                 "lock": _cmd_lock,

@@ -1,0 +1,47 @@
+"""Who may call a server this package starts: the loopback rule and the bearer token.
+
+Shared by the front ends that listen on a port (``serve``, ``mcp --http``), which are
+siblings and may not import each other. Bound to loopback, a server needs no token; bound to
+any other address it refuses to start without one (``--token`` or ``OPENPROGRAM_SERVE_TOKEN``,
+which other users cannot read in the process list), and every request must show it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+
+__all__ = ["TOKEN_ENV", "is_loopback", "token_matches", "token_problem"]
+
+#: The environment variable that may hold the token instead of ``--token``.
+TOKEN_ENV = "OPENPROGRAM_SERVE_TOKEN"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding to ``host`` keeps the server on this machine."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def token_matches(sent: str | None, token: str) -> bool:
+    """Whether ``sent`` is ``token``, compared in constant time (no timing hints)."""
+    if sent is None:
+        return False
+    return hmac.compare_digest(sent.encode("utf-8"), token.encode("utf-8"))
+
+
+def token_problem(host: str, token: str | None) -> str | None:
+    """Why a server must not start on ``host`` with ``token``, or None."""
+    if token is not None and not token.strip():
+        return f"error: the token is empty; give a long random one (--token or ${TOKEN_ENV})"
+    if token is None and not is_loopback(host):
+        return (
+            f"error: --host {host} lets other machines call this server, so it needs a token: "
+            f"pass --token TOKEN or set {TOKEN_ENV} (clients send 'Authorization: Bearer "
+            "TOKEN'), or leave --host at 127.0.0.1"
+        )
+    return None

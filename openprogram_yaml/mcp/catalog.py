@@ -1,0 +1,148 @@
+"""A Program as MCP sees it: each method a tool and a prompt, named ``agent.method``.
+
+The names keep the agent even when there is one: adding a second agent file must not rename
+the tools a client already uses. ``agent.method`` is a valid MCP tool name (SEP-986 allows
+letters, digits, ``_``, ``-`` and ``.``; agent and method names hold no other character).
+
+A method's ``inputs`` schema is the tool's ``inputSchema``. Its response schema becomes the
+``outputSchema`` (and the result's ``structuredContent``) only where the output is sure to
+match it: an object schema, no ``fallback`` (which may return other text), no ``choices``
+(which may end in another method's output or a value). A client checks structured content
+against the output schema, so promising one the output may break would fail its calls.
+
+MCP prompt arguments are strings; an input whose schema is not a string takes JSON text
+(``3``, ``true``, ``["a"]``) and is parsed before the inputs are checked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+
+from ..json_types import JSONValue
+
+if TYPE_CHECKING:
+    from ..compile.program import Agent, Method, Program
+
+__all__ = ["Catalog", "MethodRef", "arguments_to_inputs"]
+
+
+@dataclass(frozen=True, slots=True)
+class MethodRef:
+    """Which method an MCP name stands for."""
+
+    agent: str
+    method: str
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The tools and prompts of one Program version, built once per version."""
+
+    version: str
+    tools: tuple[types.Tool, ...]
+    prompts: tuple[types.Prompt, ...]
+    #: MCP name -> the method it runs.
+    methods: Mapping[str, MethodRef]
+    #: Tool names whose results carry ``structuredContent``.
+    structured: frozenset[str]
+
+    @classmethod
+    def of(cls, program: Program) -> Catalog:
+        tools: list[types.Tool] = []
+        prompts: list[types.Prompt] = []
+        methods: dict[str, MethodRef] = {}
+        structured: set[str] = set()
+        for agent_name in sorted(program.agents):
+            agent = program.agents[agent_name]
+            for method_name in sorted(agent.methods):
+                method = agent.methods[method_name]
+                name = f"{agent.name}.{method.name}"
+                methods[name] = MethodRef(agent.name, method.name)
+                output_schema = _output_schema(method)
+                if output_schema is not None:
+                    structured.add(name)
+                tools.append(
+                    types.Tool(
+                        name=name,
+                        description=_description(agent, method),
+                        input_schema=dict(method.input_schema),
+                        output_schema=output_schema,
+                    )
+                )
+                prompts.append(
+                    types.Prompt(
+                        name=name,
+                        description=_description(agent, method),
+                        arguments=_prompt_arguments(method),
+                    )
+                )
+        return cls(program.version, tuple(tools), tuple(prompts), methods, frozenset(structured))
+
+    def tools_fingerprint(self) -> str:
+        """What a client sees of the tool list: a change means a ``list_changed``."""
+        return _fingerprint(self.tools)
+
+    def prompts_fingerprint(self) -> str:
+        return _fingerprint(self.prompts)
+
+
+def _fingerprint(items: tuple[types.Tool, ...] | tuple[types.Prompt, ...]) -> str:
+    return json.dumps(
+        [i.model_dump(mode="json", by_alias=True, exclude_none=True) for i in items],
+        sort_keys=True,
+    )
+
+
+def _description(agent: Agent, method: Method) -> str:
+    if method.description:
+        return method.description
+    if agent.description:
+        return f"{agent.description} (method '{method.name}')"
+    return f"Method '{method.name}' of agent '{agent.name}'."
+
+
+def _output_schema(method: Method) -> dict[str, Any] | None:
+    envelope = method.response_format
+    if envelope is None or method.choices or "fallback" in envelope:
+        return None
+    schema = envelope.get("schema")
+    if not isinstance(schema, Mapping) or schema.get("type") != "object":
+        return None
+    return dict(schema)
+
+
+def _prompt_arguments(method: Method) -> list[types.PromptArgument]:
+    required = method.input_schema.get("required")
+    needed = set(required) if isinstance(required, list) else set()
+    arguments = []
+    for name, schema in method.inputs.items():
+        described = schema.get("description") if isinstance(schema, Mapping) else None
+        arguments.append(
+            types.PromptArgument(
+                name=name,
+                description=described if isinstance(described, str) else None,
+                required=name in needed,
+            )
+        )
+    return arguments
+
+
+def arguments_to_inputs(method: Method, arguments: Mapping[str, str]) -> dict[str, JSONValue]:
+    """Prompt arguments (text) as the method's inputs: JSON text for non-string inputs."""
+    inputs: dict[str, JSONValue] = {}
+    for name, text in arguments.items():
+        schema = method.inputs.get(name)
+        kind = schema.get("type") if isinstance(schema, Mapping) else None
+        if kind == "string" or kind is None:
+            inputs[name] = text
+            continue
+        try:
+            inputs[name] = json.loads(text)
+        except ValueError:
+            inputs[name] = text  # the input check says what is wrong with it
+    return inputs

@@ -1,0 +1,228 @@
+"""``openprogram-run mcp``: load a repository, serve it over stdio or streamable HTTP, watch
+its files, and stop cleanly.
+
+stdio (the default) is how desktop clients start a server: the client owns the process and
+ends it by closing stdin. stdout is the protocol, so everything this process says goes to
+stderr (the SDK's transport points fd 1 at stderr while it serves, so a stray print from a
+tool cannot corrupt the stream either).
+
+``--http`` serves ``/mcp`` on 127.0.0.1 with the SDK's streamable HTTP app under uvicorn
+(both come with the ``mcp`` package), with ``serve``'s rules: any host but loopback needs a
+token, which every request must show (``access``). Bound to loopback, the SDK's DNS-rebinding
+protection admits only loopback ``Host`` names at this port and loopback ``Origin``s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..access import TOKEN_ENV, token_problem
+from ..errors import ConfigError
+from ..redaction import redact
+from ..run.record import RecordLog
+from ..run.reload import ProgramHolder, describe_failure, describe_reload
+from ..run.service import RunService
+from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
+from .asking import ElicitingAsker
+from .server import RepositoryServer
+
+if TYPE_CHECKING:
+    import uvicorn
+
+__all__ = ["MCP_PATH", "serve_repository"]
+
+#: Where ``--http`` serves the protocol.
+MCP_PATH = "/mcp"
+
+
+def _say(text: str) -> None:
+    sys.stderr.write(text if text.endswith("\n") else text + "\n")
+    sys.stderr.flush()
+
+
+async def serve_repository(
+    path: Path,
+    *,
+    http: bool = False,
+    host: str = "127.0.0.1",
+    port: int = 8766,
+    token: str | None = None,
+    model: str | None = None,
+    records: Path | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
+    watch: bool = True,
+    live_tools: bool = False,
+    approve_all: bool = False,
+) -> int:
+    """The exit status: 0 after a clean end, 2 for bad config or flags. ``token`` None reads
+    ``OPENPROGRAM_SERVE_TOKEN`` (``--http`` only)."""
+    if http:
+        if token is None:
+            token = os.environ.get(TOKEN_ENV) or None
+        problem = token_problem(host, token)
+        if problem is not None:
+            _say(problem)
+            return 2
+    holder = ProgramHolder(path, ignore=[records] if records else ())
+    try:
+        await asyncio.to_thread(holder.load)
+    except ConfigError as exc:
+        _say(describe_failure(exc.diagnostics) + " Nothing to serve.")
+        return 2
+    repo: RepositoryServer
+    service = RunService(
+        holder.snapshot,
+        RecordLog(records) if records else None,
+        live_tools=live_tools,
+        asker=ElicitingAsker(lambda: repo.secrets()),
+        approve_all=approve_all,
+    )
+    secrets = frozenset({token} if http and token else ())
+    repo = RepositoryServer(holder, service, model=model, server_secrets=secrets)
+    holder.listeners.append(lambda event: _say(redact(describe_reload(event), repo.secrets())))
+    stop, force = asyncio.Event(), asyncio.Event()
+    watch_stop = asyncio.Event()
+    watcher = asyncio.create_task(holder.watch(watch_stop)) if watch else None
+    try:
+        if watcher is not None:
+            await _watching(holder, watcher)
+        with stop_on_signals(stop, force):
+            if http:
+                return await _serve_http(repo, host, port, token, stop, force, grace_s, watch)
+            return await _serve_stdio(repo, stop, force, grace_s, watch)
+    finally:
+        watch_stop.set()
+        if watcher is not None:
+            await asyncio.gather(watcher, return_exceptions=True)
+
+
+async def _watching(holder: ProgramHolder, watcher: asyncio.Task[None]) -> None:
+    """Wait until every later save will be seen (or the watcher failed to start)."""
+    ready = asyncio.create_task(holder.watching.wait())
+    await asyncio.wait({ready, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    if watcher.done():
+        ready.cancel()
+        watcher.result()
+
+
+def _started(repo: RepositoryServer, where: str, watch: bool, token: bool = False) -> str:
+    program, stamp = repo.holder.snapshot()
+    catalog = repo.catalog(program)
+    return (
+        f"serving {len(catalog.tools)} methods of {', '.join(sorted(program.agents))} over MCP "
+        f"{where} (version {stamp.hash}"
+        + (f"; watching {len(program.files)} files" if watch else "")
+        + ("; token required" if token else "")
+        + ")"
+    )
+
+
+async def _stop_runs(repo: RepositoryServer, grace_s: float, force: asyncio.Event) -> None:
+    in_flight = len(repo.service.in_flight)
+    if in_flight:
+        _say(f"stopping: waiting up to {grace_s:g} s for {in_flight} run(s) in flight")
+    await repo.service.shutdown(grace_s, force)
+    await repo.aclose()
+
+
+async def _serve_stdio(
+    repo: RepositoryServer,
+    stop: asyncio.Event,
+    force: asyncio.Event,
+    grace_s: float,
+    watch: bool,
+) -> int:
+    from mcp.server.stdio import stdio_server
+
+    _say(_started(repo, "on stdio", watch) + "; the client ends it by closing stdin")
+    async with stdio_server() as (read_stream, write_stream):
+        session = asyncio.create_task(
+            repo.server.run(read_stream, write_stream, repo.initialization_options())
+        )
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({session, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        # The client closed stdin (or a signal came): runs in flight finish, then the pipe
+        # closes, so answers still in flight reach a client that is still reading.
+        await _stop_runs(repo, grace_s, force)
+        session.cancel()
+        await asyncio.gather(session, return_exceptions=True)
+    _say("stopped")
+    return 0
+
+
+async def _serve_http(
+    repo: RepositoryServer,
+    host: str,
+    port: int,
+    token: str | None,
+    stop: asyncio.Event,
+    force: asyncio.Event,
+    grace_s: float,
+    watch: bool,
+) -> int:
+    from .http import http_app
+
+    try:
+        listening = _bind(host, port)
+    except OSError as exc:
+        _say(f"error: cannot listen on {host}:{port}: {exc.strerror or exc}")
+        return 2
+    bound = listening.getsockname()[1]
+    server = _uvicorn(http_app(repo, host, bound, token), grace_s)
+    serving = asyncio.create_task(server.serve(sockets=[listening]))
+    shown = f"[{host}]" if ":" in host else host
+    _say(_started(repo, f"at http://{shown}:{bound}{MCP_PATH}", watch, bool(token)))
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    await _stop_runs(repo, grace_s, force)
+    server.should_exit = True
+    await asyncio.gather(serving, return_exceptions=True)
+    listening.close()
+    _say("stopped")
+    return 0
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port`` (0: any free port), IPv4 or IPv6."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _uvicorn(app: Any, grace_s: float) -> uvicorn.Server:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn without its own signal handling: the driver owns Ctrl-C and SIGTERM
+        (uvicorn's would re-raise the signal after its shutdown and end the process before
+        the runs in flight are recorded)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=max(1, int(grace_s)),
+    )
+    return Server(config)
