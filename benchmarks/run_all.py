@@ -23,6 +23,7 @@ SCRIPTS = {
     "compile.py": ["--agents", "1000", "--runs", "1", "--edits", "3"],
     "reload.py": ["--saves", "10", "--agents", "1000", "--scale-saves", "3"],
     "serve.py": ["--requests", "500", "--rounds", "1", "--sequential", "200", "--in-flight", "200"],
+    "stream.py": ["--calls", "100", "--rounds", "2", "--cli-runs", "5"],
 }
 
 
