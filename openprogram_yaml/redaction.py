@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "env_secrets", "redact", "secrets_in_options"]
+__all__ = ["REDACTED", "StreamRedactor", "env_secrets", "redact", "secrets_in_options"]
 
 REDACTED = "***"
 
@@ -50,6 +50,50 @@ def _written_forms(secret: str) -> tuple[str, ...]:
     escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
     ascii_escaped = json.dumps(secret)[1:-1]
     return tuple(dict.fromkeys((secret, escaped, ascii_escaped)))
+
+
+class StreamRedactor:
+    """Redacts text sent piece by piece (a model's streamed answer): a secret split across
+    pieces is still hidden.
+
+    The end of what was fed that could begin a secret is held back until the next piece
+    shows whether it does; ``flush`` gives what is held at the end.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len)
+        self._held = ""
+
+    def feed(self, text: str) -> str:
+        """What of ``text`` (after what is held) can be shown now, redacted."""
+        if not self.secrets:
+            return text
+        held = self._held + text
+        cut = self._safe_end(held)
+        self._held = held[cut:]
+        return redact(held[:cut], self.secrets)
+
+    def flush(self) -> str:
+        """What is held back, redacted: the end of the stream."""
+        held, self._held = self._held, ""
+        return redact(held, self.secrets)
+
+    def _safe_end(self, text: str) -> int:
+        """Where ``text`` can be cut without cutting a secret, whole or begun."""
+        cut = len(text)
+        for secret in self.secrets:  # a secret the text ends with the start of
+            for start in range(max(0, len(text) - len(secret) + 1), len(text)):
+                if secret.startswith(text[start:]):
+                    cut = min(cut, start)
+                    break
+        moved = True
+        while moved:  # never cut through a whole secret either
+            moved = False
+            for secret in self.secrets:
+                start = text.find(secret, max(0, cut - len(secret) + 1))
+                if start != -1 and start < cut < start + len(secret):
+                    cut, moved = start, True
+        return cut
 
 
 def env_secrets(environ: Mapping[str, str] | None = None) -> set[str]:

@@ -10,7 +10,8 @@ Middlewares, outermost first; each refusal is ``{"error": "..."}`` with its stat
 
 1. ``connection``: tells the connection's guard a request started and ended (the header
    deadline stops, the idle one starts).
-2. ``errors``: aiohttp's own refusals (404, 405, 413) as JSON; any other exception is a 500
+2. ``errors``: a route's ``Refused`` and aiohttp's own refusals (404, 405, 413) as JSON;
+   any other exception is a 500
    whose detail goes to the server's log, redacted, never to the client.
 3. ``body``: a request's body is read whole, within ``ServeLimits.body_timeout_s`` (408 and
    the connection closed otherwise), before any other check, as a request is read whole
@@ -34,14 +35,14 @@ import asyncio
 import json
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from aiohttp import web
 
 from ..json_types import JSONObject
-from ..redaction import redact
+from ..redaction import env_secrets, redact
 from ..run.questions import PendingQuestions
 from ..run.record import run_secrets
 from ..run.reload import ProgramHolder
@@ -57,7 +58,10 @@ from .guard import (
 )
 from .history import RunHistory
 
-__all__ = ["MAX_BODY", "ServeState", "Server", "create_app", "error_reply"]
+if TYPE_CHECKING:
+    from ..compile.program import Agent, Program
+
+__all__ = ["MAX_BODY", "Refused", "ServeState", "Server", "create_app", "error_reply"]
 
 #: The largest request body served (aiohttp's ``client_max_size``); larger ones get 413.
 MAX_BODY = 1 << 20
@@ -100,6 +104,10 @@ class ServeState:
     port: int = 0
     #: The open connections (set by ``Server.start``).
     connections: ConnectionGuard | None = None
+    #: The secrets of every agent of a version (``secrets``), kept with the version.
+    _agent_secrets: tuple[Program, frozenset[str]] | None = field(
+        default=None, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.service.asker, PendingQuestions):
@@ -129,13 +137,28 @@ class ServeState:
         return frozenset({self.token} if self.token else ())
 
     def secrets(self) -> frozenset[str]:
-        """Every agent's secrets and the token: never shown in a reply or the log."""
-        found: set[str] = set(self.secrets_of_server())
+        """Every agent's secrets, the environment's secret-looking values and the token:
+        never shown in a reply or the log.
+
+        The agents' are worked out once per program version (their ``${env:…}`` values and
+        runtime keys are the version's: 502 agents took 10 ms a request); the environment,
+        which the process may change, is walked on each call, as each run walks it.
+        """
         program = self.holder.program
-        if program is not None:
+        if program is None:
+            return self.secrets_of_server() | env_secrets()
+        cached = self._agent_secrets
+        if cached is None or cached[0] is not program:
+            found: set[str] = set()
             for agent in program.agents.values():
                 found |= run_secrets(agent)
-        return frozenset(found)
+            cached = self._agent_secrets = (program, frozenset(found))
+        return cached[1] | env_secrets() | self.secrets_of_server()
+
+    def secrets_of_run(self, agent: Agent) -> frozenset[str]:
+        """What a run of ``agent`` must not show (``run_secrets``), and the token: for what
+        streams from a run before its record (which holds its own) is there."""
+        return run_secrets(agent) | self.secrets_of_server()
 
     def redacted(self, out: JSONObject) -> JSONObject:
         """``out`` with every secret shown as ``***`` (a question's text may hold one)."""
@@ -143,11 +166,23 @@ class ServeState:
         redacted: JSONObject = json.loads(text)
         return redacted
 
-    def say(self, line: str) -> None:
-        """A line for the server's log, secrets redacted."""
+    def say(self, line: str, secrets: Iterable[str] | None = None) -> None:
+        """A line for the server's log, with ``secrets`` (default: every one the server
+        knows) and the token redacted."""
         if self.log is not None:
-            self.log.write(redact(line, self.secrets()).rstrip("\n") + "\n")
+            hidden = self.secrets() if secrets is None else {*secrets, *self.secrets_of_server()}
+            self.log.write(redact(line, hidden).rstrip("\n") + "\n")
             self.log.flush()
+
+
+class Refused(Exception):
+    """A request a route will not serve: raised anywhere below a handler, answered by the
+    error middleware as ``error_reply(status, error)``."""
+
+    def __init__(self, status: int, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
 
 
 def error_reply(status: int, error: str, **headers: str) -> web.Response:
@@ -200,6 +235,8 @@ def _error_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRe
     async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
+        except Refused as exc:
+            return error_reply(exc.status, exc.error)
         except web.HTTPMethodNotAllowed as exc:
             allowed = " or ".join(sorted(exc.allowed_methods))
             return error_reply(405, f"use {allowed} {request.path}")

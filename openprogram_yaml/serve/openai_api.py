@@ -48,21 +48,19 @@ from typing import TYPE_CHECKING, TypeVar
 from aiohttp import web
 
 from ..json_types import JSONObject, JSONValue
-from ..redaction import MIN_SECRET_LEN, redact
-from ..run.record import RunRecord, run_secrets
-from ..runtime.trace import SessionTrace
+from ..redaction import StreamRedactor, redact
+from ..run.record import RunRecord
 from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
+from .served_run import start_run, status_of
 from .sse import EventStream
 
 if TYPE_CHECKING:
     from ..compile.program import Method, Program
-    from ..run.events import Observer
     from .app import ServeState
 
 __all__ = [
     "ChatRequest",
     "OpenAIError",
-    "StreamRedactor",
     "chat_completion",
     "chunk",
     "content_of",
@@ -363,59 +361,17 @@ def chunk(
 
 
 def record_error(record: RunRecord, secrets: Iterable[str] = ()) -> OpenAIError:
-    """A failed run as an OpenAI error: bad inputs 400, the model's failure 502, shutdown
-    503, anything else 500; the message is the record's, its secrets and ``secrets``
-    redacted."""
+    """A failed run as an OpenAI error with ``POST /run``'s status (``status_of``); the
+    message is the record's, its secrets and ``secrets`` redacted."""
     error = record.error or {}
     kind = str(error.get("type") or "Error")
     message = redact(f"{kind}: {error.get('message')}", record.secrets | set(secrets))
-    if record.status == "interrupted":
+    status = status_of(record)
+    if status == 503:
         return OpenAIError(503, message, type="server_error", code="interrupted")
-    if record.exit_code == 2:
+    if status == 400:
         return OpenAIError(400, message, code="invalid_inputs")
-    status = 502 if kind == "LLMError" else 500
     return OpenAIError(status, message, type="server_error", code=kind)
-
-
-class StreamRedactor:
-    """Redacts text sent piece by piece: a secret split across pieces is still hidden.
-
-    The end of what was fed that could begin a secret is held back until the next piece
-    shows whether it does; ``flush`` gives what is held at the end.
-    """
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET_LEN}, key=len)
-        self._held = ""
-
-    def feed(self, text: str) -> str:
-        if not self.secrets:
-            return text
-        held = self._held + text
-        cut = self._safe_end(held)
-        self._held = held[cut:]
-        return redact(held[:cut], self.secrets)
-
-    def flush(self) -> str:
-        held, self._held = self._held, ""
-        return redact(held, self.secrets)
-
-    def _safe_end(self, text: str) -> int:
-        """Where ``text`` can be cut without cutting a secret, whole or begun."""
-        cut = len(text)
-        for secret in self.secrets:  # a secret the text ends with the start of
-            for start in range(max(0, len(text) - len(secret) + 1), len(text)):
-                if secret.startswith(text[start:]):
-                    cut = min(cut, start)
-                    break
-        moved = True
-        while moved:  # never cut through a whole secret either
-            moved = False
-            for secret in self.secrets:
-                start = text.find(secret, max(0, cut - len(secret) + 1))
-                if start != -1 and start < cut < start + len(secret):
-                    cut, moved = start, True
-        return cut
 
 
 # --- the routes --------------------------------------------------------------------------
@@ -503,23 +459,32 @@ async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
     program, stamp = state.holder.snapshot()
     method = find_method(program, chat.model)
     inputs = method_inputs(method, chat.text)
-    if state.service.closing:
-        raise OpenAIError(503, "The server is shutting down.", type="server_error")
-    # The run's own secrets and the token: every agent's (state.secrets()) would cost
-    # 3.4 ms a request at 500 agents, this 7 us.
-    secrets = run_secrets(program.agents[method.agent]) | ({state.token} if state.token else set())
+    agent = program.agents[method.agent]
     created = int(time.time())
     if not chat.stream:
-        record = await _run(state, method, inputs)
+        run = start_run(state, agent, method.name, inputs, model=state.model, route="/v1")
+        record = await run.record()
+        # The run's own secrets and the token: every agent's would cost 3.4 ms a request
+        # at 500 agents.
+        secrets = record.secrets | state.secrets_of_server()
         if record.status != "ok":
             return _error_response(record_error(record, secrets))
         body = json.dumps(chat_completion(record, chat.model, created), ensure_ascii=False)
         return web.Response(text=redact(body, secrets), content_type="application/json")
     events: asyncio.Queue[JSONObject | None] = asyncio.Queue()
-    task = _start(state, method, inputs, on_event=events.put_nowait)
-    task.add_done_callback(lambda _: events.put_nowait(None))
+    run = start_run(
+        state,
+        agent,
+        method.name,
+        inputs,
+        model=state.model,
+        on_event=events.put_nowait,
+        route="/v1",
+    )
+    run.task.add_done_callback(lambda _: events.put_nowait(None))
+    secrets = state.secrets_of_run(agent)
     stream = _ChatStream(program, method, secrets)
-    sse = _ChunkStream((await EventStream.start(request)).response)
+    sse = await EventStream.start(request)
     completion = f"chatcmpl-{uuid.uuid4().hex[:16]}"
 
     async def send(
@@ -542,7 +507,7 @@ async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
         text = stream.take(event)
         if text and not await send({"content": text}):
             return await sse.end()  # the client left; the run goes on and is recorded
-    record = await asyncio.shield(task)
+    record = await run.record()
     if record.status != "ok":
         await sse.send_data(json.dumps(record_error(record, secrets).body(), ensure_ascii=False))
         return await sse.end()
@@ -554,43 +519,6 @@ async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
     if sent:
         await sse.send_data("[DONE]")
     return await sse.end()
-
-
-def _start(
-    state: ServeState, method: Method, inputs: Mapping[str, JSONValue], on_event: Observer | None
-) -> asyncio.Task[RunRecord]:
-    """Start a run as ``POST /run`` does: traced, kept in the history, logged."""
-    trace = SessionTrace()
-    task = state.service.start(
-        method.agent, method.name, inputs, model=state.model, trace=trace, on_event=on_event
-    )
-
-    def remember(done: asyncio.Task[RunRecord]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
-        record = done.result()
-        state.history.add(record, trace)
-        status = 200 if record.status == "ok" else record_error(record, frozenset()).status
-        state.say(
-            f"{status} {record.agent}.{record.method} {record.status} "
-            f"{record.elapsed_s * 1000:.0f} ms version {record.version.hash} (/v1)"
-        )
-
-    task.add_done_callback(remember)
-    return task
-
-
-async def _run(state: ServeState, method: Method, inputs: Mapping[str, JSONValue]) -> RunRecord:
-    # Shielded: the run belongs to the service; a dropped client must not cancel it.
-    return await asyncio.shield(_start(state, method, inputs, on_event=None))
-
-
-class _ChunkStream(EventStream):
-    """Chat Completions streams are data-only events (no ``event:`` line), ``[DONE]`` last."""
-
-    async def send_data(self, data: str) -> bool:
-        """Send ``data: <data>``; False when the client has gone."""
-        return await self._write(f"data: {data}\n\n")
 
 
 class _ChatStream:

@@ -28,16 +28,13 @@ from functools import partial
 
 from aiohttp import web
 
-from ..compile.program import Program
 from ..json_types import JSONObject, JSONValue
-from ..redaction import redact
+from ..redaction import StreamRedactor, redact
 from ..run.questions import question_list
-from ..run.record import RunRecord, run_secrets
 from ..run.reload import ReloadEvent, describe_reload
-from ..runtime.trace import SessionTrace
 from .app import ServeState, error_reply
-from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
-from .openai_api import StreamRedactor
+from .guard import media_refusal
+from .served_run import ServedRun, method_at, model_for, read_inputs, start_run, status_of
 from .sse import EventStream, wants_events
 
 __all__ = ["KEEPALIVE_S", "reload_notice", "routes"]
@@ -164,102 +161,24 @@ async def _reply(state: ServeState, request: web.Request) -> web.Response:
 # --- runs -------------------------------------------------------------------------------
 
 
-def _status_of(record: RunRecord) -> int:
-    if record.status == "ok":
-        return 200
-    if record.status == "interrupted":
-        return 503
-    kind = (record.error or {}).get("type", "")
-    if record.exit_code == 2:
-        return 400
-    return 502 if kind == "LLMError" else 500
-
-
-def _models(state: ServeState, program: Program) -> set[str]:
-    """The models the project's agents and methods name, and the server's ``--model``."""
-    names = {state.model} if state.model else set()
-    for agent in program.agents.values():
-        names.update(m.options.model for m in agent.methods.values() if m.options.model)
-        if agent.model:
-            names.add(agent.model)
-    return names
-
-
 async def _run(state: ServeState, request: web.Request) -> web.StreamResponse:
-    unsupported = media_refusal(request.headers.get("Content-Type"))
-    if unsupported is not None:
-        return error_reply(415, unsupported)
-    agent, method = request.match_info["agent"], request.match_info["method"]
+    inputs = await read_inputs(request)
     program, _ = state.holder.snapshot()
-    found = program.agents.get(agent)
-    if found is None or method not in found.methods:
-        what = f"agent '{agent}'" if found is None else f"method '{method}' of '{agent}'"
-        return error_reply(404, f"no {what}; GET /agents lists them")
-    too_deep = f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH}"
-    try:
-        inputs = json.loads(await request.read() or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return error_reply(400, f"the body is not JSON: {exc}")
-    except RecursionError:
-        return error_reply(400, too_deep)
-    if not isinstance(inputs, dict):
-        return error_reply(400, "the body must be a JSON object of input names to values")
-    if nests_deeper(inputs, MAX_JSON_DEPTH):
-        return error_reply(400, too_deep)
-    model = state.model
-    if "model" in request.query:
-        model = request.query.getall("model")[-1]
-        allowed = _models(state, program)
-        if not state.limits.allow_model_override and model not in allowed:
-            return error_reply(
-                403,
-                "?model= may only name a model this project uses "
-                f"({', '.join(sorted(allowed)) or 'none'}); "
-                "start serve with --allow-model-override to allow any",
-            )
-    if state.service.closing:
-        return error_reply(503, "the server is shutting down")
-    trace = SessionTrace()
-    events: asyncio.Queue[JSONObject] | None = None
-    if wants_events(request):
-        events = asyncio.Queue()
-    task = state.service.start(
-        agent,
-        method,
-        inputs,
-        model=model,
-        trace=trace,
-        on_event=events.put_nowait if events is not None else None,
-    )
-    task.add_done_callback(lambda done: _remember(state, done, trace))
-    if events is not None:
-        secrets = run_secrets(found) | state.secrets_of_server()
-        return await _stream_run(state, request, task, events, secrets)
-    # Shielded: the run belongs to the service, which finishes or interrupts it on
-    # shutdown; a dropped connection must not cancel it half-way.
-    record = await asyncio.shield(task)
-    status = _status_of(record)
-    _log_run(state, status, record)
-    return web.Response(status=status, text=record.to_json(), content_type="application/json")
-
-
-def _remember(state: ServeState, task: asyncio.Task[RunRecord], trace: SessionTrace) -> None:
-    """Keep the finished run in the history (whether or not its client is still there)."""
-    if not task.cancelled() and task.exception() is None:
-        state.history.add(task.result(), trace)
-
-
-def _log_run(state: ServeState, status: int, record: RunRecord) -> None:
-    state.say(
-        f"{status} {record.agent}.{record.method} {record.status} "
-        f"{record.elapsed_s * 1000:.0f} ms version {record.version.hash}"
-    )
+    agent, method = method_at(program, request)
+    model = model_for(state, program, request)
+    if not wants_events(request):
+        record = await start_run(state, agent, method.name, inputs, model=model).record()
+        return web.Response(
+            status=status_of(record), text=record.to_json(), content_type="application/json"
+        )
+    events: asyncio.Queue[JSONObject] = asyncio.Queue()
+    run = start_run(state, agent, method.name, inputs, model=model, on_event=events.put_nowait)
+    return await _stream_run(request, run, events, state.secrets_of_run(agent))
 
 
 async def _stream_run(
-    state: ServeState,
     request: web.Request,
-    task: asyncio.Task[RunRecord],
+    run: ServedRun,
     events: asyncio.Queue[JSONObject],
     secrets: frozenset[str],
 ) -> web.StreamResponse:
@@ -268,6 +187,7 @@ async def _stream_run(
     A client that goes away stops the stream, never the run (it belongs to the service)."""
     shown = _RedactedEvents(secrets)
     stream = await EventStream.start(request)
+    task = run.task
     while True:
         next_event = asyncio.ensure_future(events.get())
         await asyncio.wait({next_event, task}, return_when=asyncio.FIRST_COMPLETED)
@@ -279,8 +199,7 @@ async def _stream_run(
     while not events.empty():
         if not await _send_all(stream, shown.take(events.get_nowait())):
             return await stream.end()
-    record = await asyncio.shield(task)
-    _log_run(state, _status_of(record), record)
+    record = await run.record()
     if await _send_all(stream, shown.flush()):
         await stream.send("record", redact(record.to_json(), shown.secrets))
     return await stream.end()

@@ -1,9 +1,10 @@
 """Server-sent events (``text/event-stream``) over an aiohttp ``StreamResponse``.
 
-Each event is ``event: <type>`` and ``data: <one line of JSON>``, then a blank line; a comment
-line (``: keep-alive``) keeps idle streams open through proxies. A client that went away makes
-``send`` return False: the caller stops writing, and whatever produced the events (a run)
-goes on.
+Each event is ``event: <type>`` and ``data: <one line of JSON>``, then a blank line; a
+data-only event (no ``event:`` line, as Chat Completions streams send) is of the default
+type ``message``; a comment line (``: keep-alive``) keeps idle streams open through
+proxies. A client that went away makes ``send`` return False: the caller stops writing, and
+whatever produced the events (a run) goes on.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ class EventStream:
 
     async def send(self, event: str, data: str) -> bool:
         """Send one event; ``data`` is JSON text. False when the client has gone."""
-        lines = "".join(f"data: {line}\n" for line in data.split("\n"))
-        return await self._write(f"event: {event}\n{lines}\n")
+        return await self._write(f"event: {event}\n{_data_lines(data)}\n")
+
+    async def send_data(self, data: str) -> bool:
+        """Send one data-only event (a client's ``message``); False when the client has gone."""
+        return await self._write(f"{_data_lines(data)}\n")
 
     async def comment(self, text: str = "keep-alive") -> bool:
         """A line clients ignore, to keep an idle stream open; False when the client has gone."""
@@ -65,3 +69,8 @@ class EventStream:
             except (ConnectionError, RuntimeError):
                 self.open = False
         return self.response
+
+
+def _data_lines(data: str) -> str:
+    """``data`` as ``data:`` lines (a line break in it would end the field)."""
+    return "".join(f"data: {line}\n" for line in data.split("\n"))

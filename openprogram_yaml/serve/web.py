@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from ..json_types import JSONObject, JSONValue
+from ..json_types import JSONObject
 from ..redaction import redact
 from ..run.render import render_method
 from .app import ServeState, error_reply
-from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
-
-if TYPE_CHECKING:
-    from ..compile.program import Agent, Method, Program
+from .served_run import method_at, read_inputs
 
 __all__ = ["STATIC_DIR", "routes"]
 
@@ -90,10 +86,7 @@ class _WebPage:
 
     async def method_info(self, request: web.Request) -> web.Response:
         program, _ = self.state.holder.snapshot()
-        found = _find(program, request)
-        if isinstance(found, web.Response):
-            return found
-        agent, method = found
+        agent, method = method_at(program, request)
         info: JSONObject = {
             "agent": agent.name,
             "method": method.name,
@@ -110,13 +103,8 @@ class _WebPage:
 
     async def render(self, request: web.Request) -> web.Response:
         program, stamp = self.state.holder.snapshot()
-        found = _find(program, request)
-        if isinstance(found, web.Response):
-            return found
-        agent, method = found
-        inputs = await _json_inputs(request)
-        if isinstance(inputs, web.Response):
-            return inputs
+        agent, method = method_at(program, request)
+        inputs = await read_inputs(request)
         rendered = await render_method(
             program, stamp, agent.name, method.name, inputs, model=self.state.model
         )
@@ -133,35 +121,6 @@ class _WebPage:
                 body["problems"] = [str(p) for p in problems]
             return _json(body, secrets, status=status)
         return _json({"request": rendered.request}, secrets)
-
-
-def _find(program: Program, request: web.Request) -> tuple[Agent, Method] | web.Response:
-    """The agent and method the path names, or a 404 saying where to look."""
-    name, method = request.match_info["agent"], request.match_info["method"]
-    agent = program.agents.get(name)
-    if agent is None or method not in agent.methods:
-        what = f"agent '{name}'" if agent is None else f"method '{method}' of '{name}'"
-        return error_reply(404, f"no {what}; GET /agents lists them")
-    return agent, agent.methods[method]
-
-
-async def _json_inputs(request: web.Request) -> dict[str, JSONValue] | web.Response:
-    """The request's body: a JSON object of inputs, or a 4xx saying what to send."""
-    refusal = media_refusal(request.headers.get("Content-Type"))
-    if refusal is not None:
-        return error_reply(415, refusal)
-    too_deep = f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH}"
-    try:
-        inputs = json.loads(await request.read() or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return error_reply(400, f"the body is not JSON: {exc}")
-    except RecursionError:
-        return error_reply(400, too_deep)
-    if not isinstance(inputs, dict):
-        return error_reply(400, "the body must be a JSON object of input names to values")
-    if nests_deeper(inputs, MAX_JSON_DEPTH):
-        return error_reply(400, too_deep)
-    return inputs
 
 
 def _json(body: JSONObject, secrets: frozenset[str], *, status: int = 200) -> web.Response:

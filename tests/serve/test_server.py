@@ -240,12 +240,15 @@ def test_a_secret_split_across_streamed_pieces_is_redacted(
     assert text == "test reply to: p hi ***"
 
 
-def test_a_client_that_leaves_a_stream_does_not_stop_the_run(tmp_path: Path) -> None:
+def test_a_client_that_leaves_a_stream_does_not_stop_the_run_which_is_kept_and_logged(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "janitor_tools.py").write_text(TOOLS, encoding="utf-8")
     agent = write_agent(tmp_path, ASKING_AGENT)
+    log = io.StringIO()
 
     async def scenario() -> None:
-        async with served(agent) as (_, client):
+        async with served(agent, log=log) as (_, client):
             headers = {"Accept": "text/event-stream"}
             async with client.stream(
                 "POST", "/run/janitor/tidy", json={}, headers=headers
@@ -269,6 +272,7 @@ def test_a_client_that_leaves_a_stream_does_not_stop_the_run(tmp_path: Path) -> 
             assert [(r["method"], r["status"]) for r in runs] == [("tidy", "ok")]
 
     asyncio.run(scenario())
+    assert "200 janitor.tidy ok" in log.getvalue()
 
 
 # --- reload notices -----------------------------------------------------------------------

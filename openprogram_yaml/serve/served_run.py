@@ -1,0 +1,154 @@
+"""What every route that runs a method shares: ``POST /run`` (JSON and server-sent events),
+``/v1/chat/completions`` (JSON and streamed), and the web page's Render.
+
+``start_run`` is the one way a route starts a run: refused with 503 once the server is
+shutting down, started on the ``RunService`` with a session trace, and, when it ends
+(whether or not its client is still there), kept in the history with its trace and
+written to the server's log as one line. A refusal is raised as ``Refused``: the app's
+error middleware answers it as ``{"error": ...}`` (in OpenAI's shape under ``/v1/``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from ..json_types import JSONValue
+from ..run.record import RunRecord
+from ..runtime.trace import SessionTrace
+from .app import Refused, ServeState
+from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
+
+if TYPE_CHECKING:
+    from ..compile.program import Agent, Method, Program
+    from ..run.events import Observer
+
+__all__ = ["ServedRun", "method_at", "model_for", "read_inputs", "start_run", "status_of"]
+
+
+def status_of(record: RunRecord) -> int:
+    """A run's HTTP status: 200 ok, 400 bad inputs, 502 the model call failed, 503
+    interrupted by shutdown, 500 any other failure."""
+    if record.status == "ok":
+        return 200
+    if record.status == "interrupted":
+        return 503
+    if record.exit_code == 2:
+        return 400
+    return 502 if (record.error or {}).get("type") == "LLMError" else 500
+
+
+def method_at(program: Program, request: web.Request) -> tuple[Agent, Method]:
+    """The agent and method the path names (``{agent}``, ``{method}``); 404 otherwise."""
+    name, method = request.match_info["agent"], request.match_info["method"]
+    agent = program.agents.get(name)
+    if agent is None or method not in agent.methods:
+        what = f"agent '{name}'" if agent is None else f"method '{method}' of '{name}'"
+        raise Refused(404, f"no {what}; GET /agents lists them")
+    return agent, agent.methods[method]
+
+
+async def read_inputs(request: web.Request) -> dict[str, JSONValue]:
+    """The request's body: a JSON object of input names to values (none: ``{}``); 415 or
+    400 saying what to send otherwise."""
+    refusal = media_refusal(request.headers.get("Content-Type"))
+    if refusal is not None:
+        raise Refused(415, refusal)
+    too_deep = f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH}"
+    try:
+        inputs = json.loads(await request.read() or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise Refused(400, f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise Refused(400, too_deep) from None
+    if not isinstance(inputs, dict):
+        raise Refused(400, "the body must be a JSON object of input names to values")
+    if nests_deeper(inputs, MAX_JSON_DEPTH):
+        raise Refused(400, too_deep)
+    return inputs
+
+
+def model_for(state: ServeState, program: Program, request: web.Request) -> str | None:
+    """The model a run uses: the last ``?model=``, else the server's ``--model``. Unless
+    ``--allow-model-override``, ``?model=`` may only name a model the project uses (403)."""
+    if "model" not in request.query:
+        return state.model
+    model = request.query.getall("model")[-1]
+    if not state.limits.allow_model_override:
+        allowed = _models(state, program)
+        if model not in allowed:
+            raise Refused(
+                403,
+                "?model= may only name a model this project uses "
+                f"({', '.join(sorted(allowed)) or 'none'}); "
+                "start serve with --allow-model-override to allow any",
+            )
+    return model
+
+
+def _models(state: ServeState, program: Program) -> set[str]:
+    """The models the project's agents and methods name, and the server's ``--model``."""
+    names = {state.model} if state.model else set()
+    for agent in program.agents.values():
+        names.update(m.options.model for m in agent.methods.values() if m.options.model)
+        if agent.model:
+            names.add(agent.model)
+    return names
+
+
+@dataclass(frozen=True, slots=True)
+class ServedRun:
+    """A run a route started: its task belongs to the ``RunService``."""
+
+    task: asyncio.Task[RunRecord]
+    agent: Agent
+
+    async def record(self) -> RunRecord:
+        """The run's record once it ends. Shielded: the service finishes or interrupts the
+        run (at shutdown); a client that goes away must not cancel it half-way."""
+        return await asyncio.shield(self.task)
+
+
+def start_run(
+    state: ServeState,
+    agent: Agent,
+    method: str,
+    inputs: Mapping[str, JSONValue],
+    *,
+    model: str | None,
+    on_event: Observer | None = None,
+    route: str = "",
+) -> ServedRun:
+    """Start a run of ``agent``'s ``method`` for a route (its log line ends with ``route``,
+    when given); 503 once the server is shutting down."""
+    if state.service.closing:
+        raise Refused(503, "the server is shutting down")
+    trace = SessionTrace()
+    task = state.service.start(
+        agent.name, method, inputs, model=model, trace=trace, on_event=on_event
+    )
+    task.add_done_callback(partial(_finished, state, trace, route))
+    return ServedRun(task, agent)
+
+
+def _finished(
+    state: ServeState, trace: SessionTrace, route: str, task: asyncio.Task[RunRecord]
+) -> None:
+    """Keep the ended run in the history and log it. (Run before the route's handler
+    resumes: its record is in ``/runs`` when its client gets the reply.)"""
+    if task.cancelled() or task.exception() is not None:
+        return  # execute_run always gives a record; nothing to keep otherwise
+    record = task.result()
+    state.history.add(record, trace)
+    state.say(
+        f"{status_of(record)} {record.agent}.{record.method} {record.status} "
+        f"{record.elapsed_s * 1000:.0f} ms version {record.version.hash}"
+        + (f" ({route})" if route else ""),
+        record.secrets,
+    )
