@@ -30,6 +30,7 @@ from .program import (
     Agent,
     ChoiceOption,
     ExecOptions,
+    HistoryLimit,
     Method,
     RetryPolicy,
     prompt_version,
@@ -240,6 +241,9 @@ def _compile_method(
             prompt_version, (prompt, instructions), response_format, choices, options, spec.vars
         ),
         secrets=frozenset(doc.secrets),
+        history=None
+        if method.history is None
+        else HistoryLimit(method.history.max_messages, method.history.max_tokens),
     )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "Agent",
     "ChoiceOption",
     "ExecOptions",
+    "HistoryLimit",
     "Method",
     "Program",
     "RetryPolicy",
@@ -49,6 +50,14 @@ class ExecOptions:
     parallel_tool_calls: bool | None = None
     thinking_level: str | None = None
     max_steps: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryLimit:
+    """How much of a chat session's conversation a method is sent (``history:``)."""
+
+    max_messages: int | None = None
+    max_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +154,8 @@ class Method:
     _prompt_hashed: list[str] = field(default_factory=list, repr=False)
     #: The secrets its agent's file read, kept out of its repr.
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
+    #: How much of a chat session it is sent (None: all of it).
+    history: HistoryLimit | None = None
 
     @reprlib.recursive_repr()
     def __repr__(self) -> str:

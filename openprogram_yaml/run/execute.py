@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..runtime.retry import RetryInfo
     from ..runtime.toolgate import ToolDouble
     from ..runtime.trace import SessionTrace
-    from ..runtimes.protocol import SelectorWrapper
+    from ..runtimes.protocol import Message, SelectorWrapper
     from .shared_runtimes import VersionRuntimes
 
 __all__ = ["execute_run"]
@@ -47,6 +47,7 @@ async def execute_run(
     asker: Asker | None = None,
     approve_all: bool = False,
     on_event: Callable[[JSONObject], None] | None = None,
+    history: Sequence[Message] = (),
 ) -> RunRecord:
     """Run one method of ``program`` and describe the outcome; never raises for a failed run.
 
@@ -60,7 +61,8 @@ async def execute_run(
     and tool confirmations to the person (None: nobody is there, so a tool declared
     ``confirm`` is refused); ``approve_all`` (``--yes``) approves every confirmation.
     ``on_event`` is told what happens while the run goes (``run.events``); it is never
-    told of the record, which the caller has.
+    told of the record, which the caller has. ``history`` is a chat session's conversation
+    so far (``run.sessions``), sent to the model before the method's prompt.
 
     A cancelled run (shutdown after the grace period) ends as an ``interrupted`` record, so
     callers always get a record to write.
@@ -106,7 +108,7 @@ async def execute_run(
             try:
                 if trace is None:
                     record.output = await run_method(
-                        method, runtime, inputs, model=record.model, state=state
+                        method, runtime, inputs, model=record.model, state=state, history=history
                     )
                 else:
                     # The trace's root names the version of the prompts the run used.
@@ -114,7 +116,12 @@ async def execute_run(
                         node.data["version"] = stamp.to_dict()
                         node.data["model"] = record.model
                         record.output = await run_method(
-                            method, runtime, inputs, model=record.model, state=state
+                            method,
+                            runtime,
+                            inputs,
+                            model=record.model,
+                            state=state,
+                            history=history,
                         )
                         node.output = record.output
             finally:

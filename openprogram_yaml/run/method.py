@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -12,11 +12,13 @@ from ..errors import DecisionError, ToolError
 from ..json_types import JSONObject, JSONValue
 from ..runtime.context import current_method
 from .events import emit
+from .history import trim_history
 
 if TYPE_CHECKING:
     from ..compile.program import ChoiceOption, Method
     from ..runtime import Runtime
     from ..runtime.choices import Choice
+    from ..runtimes.protocol import Message
 
 __all__ = ["DEFAULT_MAX_STEPS", "RunState", "method_tool", "run_method"]
 
@@ -52,11 +54,14 @@ async def run_method(
     *,
     model: str | None = None,
     state: RunState | None = None,
+    history: Sequence[Message] = (),
 ) -> JSONValue:
     """Check the inputs, render, and call the model through ``runtime``.
 
     With ``choices``, the pick decides the result: a value, fields, or the result of the
-    method it continues with. ``state.path`` records every step and pick.
+    method it continues with. ``state.path`` records every step and pick. ``history`` (a
+    chat session's earlier messages) is sent before the prompt, cut to what the method's
+    ``history:`` allows; methods a pick continues with are not sent it.
     """
     if state is None:
         state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS)
@@ -65,13 +70,15 @@ async def run_method(
     emit(runtime.on_stream, {"type": "method", "agent": method.agent, "method": method.name})
     given = dict(inputs)
     values = method.prepare_inputs(inputs)
+    if history and method.history is not None:
+        history = trim_history(history, method.history)
     token = current_method.set(f"{method.agent}.{method.name}")
     try:
         if runtime.trace is None:
-            return await _call(method, runtime, given, values, model, state, step)
+            return await _call(method, runtime, given, values, model, state, step, history)
         with runtime.trace.span("method", f"{method.agent}.{method.name}", values) as node:
             node.data["prompt_version"] = method.prompt_version
-            node.output = await _call(method, runtime, given, values, model, state, step)
+            node.output = await _call(method, runtime, given, values, model, state, step, history)
             return node.output
     finally:
         current_method.reset(token)
@@ -85,6 +92,7 @@ async def _call(
     model: str | None,
     state: RunState,
     step: JSONObject,
+    history: Sequence[Message],
 ) -> JSONValue:
     content = method.render(values)
     opts = method.options
@@ -112,6 +120,7 @@ async def _call(
         tools_allow=method.tools_allow,
         tools_deny=method.tools_deny,
         model_options=model_options,
+        history=history,
         **kwargs,
     )
     return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._file_writes import cannot_write
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..compile.program import Program
     from ..runtime.asking import Asker
     from ..runtime.trace import SessionTrace
+    from ..runtimes.protocol import Message
     from .events import Observer
 
 __all__ = ["RunService"]
@@ -60,6 +61,10 @@ class RunService:
         #: Called with each finished record (the CLI prints them; tests observe them).
         self.listeners: list[Callable[[RunRecord], None]] = []
 
+    def current(self) -> tuple[Program, VersionStamp]:
+        """The version the next run would start on."""
+        return self._current()
+
     def start(
         self,
         agent: str | None,
@@ -69,15 +74,25 @@ class RunService:
         model: str | None = None,
         trace: SessionTrace | None = None,
         on_event: Observer | None = None,
+        history: Sequence[Message] = (),
     ) -> asyncio.Task[RunRecord]:
         """Start a run on the current version; the task's result is its record.
-        ``on_event`` is told what happens while it runs (``run.events``)."""
+        ``on_event`` is told what happens while it runs (``run.events``); ``history`` is a
+        chat session's conversation so far (``run.sessions``)."""
         if self.closing:
             raise RuntimeError("the runner is shutting down")
         program, stamp = self._current()
         task = asyncio.create_task(
             self._run(
-                program, stamp, agent, method, inputs, model=model, trace=trace, on_event=on_event
+                program,
+                stamp,
+                agent,
+                method,
+                inputs,
+                model=model,
+                trace=trace,
+                on_event=on_event,
+                history=history,
             )
         )
         self.in_flight.add(task)
@@ -95,6 +110,7 @@ class RunService:
         model: str | None,
         trace: SessionTrace | None,
         on_event: Observer | None,
+        history: Sequence[Message],
     ) -> RunRecord:
         # Taken in the task, not in start(): a task cancelled before it ever ran holds none.
         shared = self.runtimes.acquire(program)
@@ -112,6 +128,7 @@ class RunService:
                 asker=self.asker,
                 approve_all=self.approve_all,
                 on_event=on_event,
+                history=history,
             )
         finally:
             await self.runtimes.release(shared)

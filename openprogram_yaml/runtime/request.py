@@ -14,7 +14,7 @@ from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtime.callable import CallFn
 from openprogram_yaml.runtime.retry import RetryInfo
 from openprogram_yaml.runtime.turn_end import UNSET, Unset
-from openprogram_yaml.runtimes.protocol import AgentRuntimeProtocol
+from openprogram_yaml.runtimes.protocol import AgentRuntimeProtocol, Message
 
 __all__ = ["ExecRequest"]
 
@@ -43,6 +43,8 @@ class ExecRequest:
     stream_fn: AgentRuntimeProtocol | CallFn | None = None
     max_validation_retries: int | None = None
     model_options: Mapping[str, object] | None = None
+    #: The conversation before ``content`` (a chat session's earlier turns).
+    history: tuple[Message, ...] = ()
 
     def traced_options(self) -> dict[str, object]:
         """The options as the session trace records them (``None`` for unset ones)."""

@@ -53,6 +53,7 @@ from openprogram_yaml.runtime.trace import SessionTrace
 from openprogram_yaml.runtime.turn_end import TEXT_TERMINAL, UNSET, Terminal, Unset
 from openprogram_yaml.runtimes.protocol import (
     AgentRuntimeProtocol,
+    Message,
     RuntimeSelectorProtocol,
     Usage,
     capabilities_of,
@@ -365,9 +366,12 @@ class Runtime:
         stream_fn: AgentRuntimeProtocol | CallFn | None = None,
         max_validation_retries: int | None = None,
         model_options: Mapping[str, object] | None = None,
+        history: Sequence[Message] = (),
     ) -> Any:
         """Call the model: text by default, a validated JSON value with ``response_format``,
-        the decision result with ``choices``. ``context`` is accepted and ignored (legacy).
+        the decision result with ``choices``. ``context`` is accepted and ignored (legacy);
+        ``history`` is the conversation so far (user and assistant messages, oldest first),
+        sent before ``content``.
         The positional order is the seed's; ``max_iterations=None`` puts no cap on the tool
         loop (the seed: only ``exec`` defaults to 20), ``timeout_s`` still bounds it.
         ``model_options`` (``temperature``, ``max_tokens``, ``thinking_level``, …) are passed
@@ -376,6 +380,7 @@ class Runtime:
             content, response_format, model, tools, toolset, tools_source, tools_allow,
             tools_deny, tool_choice, parallel_tool_calls, max_iterations, choices, timeout_s,
             on_retry, web_search, stream_fn, max_validation_retries, model_options,
+            tuple(history),
         )  # fmt: skip
         if self.trace is None:
             return await self._prepare(request).run()
@@ -384,7 +389,7 @@ class Runtime:
             node.data["options"] = options = request.traced_options()
             run = self._prepare(request)
             run.node = node
-            node.inputs = {"content": message_record(run.messages[0])["content"]}
+            node.inputs = {"content": message_record(run.messages[-1])["content"]}
             options["offered_tools"] = list(run.runner.offered)
             node.output = await run.run()
         return node.output
@@ -505,7 +510,7 @@ class Runtime:
             model_ref=model_ref,
             provider=getattr(runtime, "provider", None) or model_ref.partition(":")[0] or None,
             terminal=terminal,
-            messages=[message],
+            messages=[*request.history, message],
             system_prompt=self._system_prompt(system_extra, terminal),
             kwargs=kwargs,
             runner=runner,

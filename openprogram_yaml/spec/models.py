@@ -21,6 +21,7 @@ __all__ = [
     "DefaultsSpec",
     "ExecOptionsSpec",
     "ExpectSpec",
+    "HistorySpec",
     "HttpToolSpec",
     "MethodSpec",
     "ProjectSpec",
@@ -405,6 +406,23 @@ class TestFileSpec(_Spec):
     """The test cases."""
 
 
+class HistorySpec(_Spec):
+    """How much of a chat session's conversation a method is sent before the new message."""
+
+    max_messages: Annotated[int, Field(ge=0)] | None = None
+    """Send at most this many earlier messages (the newest; 0: none)."""
+
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
+    """Send the newest earlier messages that fit in about this many tokens (estimated as
+    four characters a token)."""
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> Self:
+        if self.max_messages is None and self.max_tokens is None:
+            raise ValueError("'history' needs 'max_messages' or 'max_tokens' (or both)")
+        return self
+
+
 class MethodSpec(ExecOptionsSpec):
     """One thing the agent can do: a prompt, its inputs and the shape of its answer."""
 
@@ -441,6 +459,10 @@ class MethodSpec(ExecOptionsSpec):
 
     choices: dict[str, ChoiceSpec] | None = None
     """End the turn by picking one of these options: a value, another method, or a schema."""
+
+    history: HistorySpec | None = None
+    """In a chat session (`openprogram-run chat`, serve's `?session=`), how much of the
+    conversation so far the model is sent. Unset: all of it."""
 
     @field_validator("inputs")
     @classmethod

@@ -1,0 +1,374 @@
+"""Chat sessions: conversations with a method, kept in SQLite so that they can be resumed.
+
+The one home of the session store. A project's sessions live in
+``<project>/.openprogram/sessions.db`` (stdlib ``sqlite3``, WAL, so a chat and a
+``sessions`` command or a server may read it at once). A session is a name, the agent and
+method it talks to, and its messages: the person's (``user``) and the method's answers
+(``assistant``), each with its time, the run that answered it and the prompt version that
+run used. What is stored is redacted with the run's secrets, as records are.
+
+Front ends use three steps: ``store.history(name)`` gives the prior messages to pass to a
+run (``execute_run(history=…)``), ``store.add_turn(...)`` keeps the exchange when the run
+ends, and ``run_in_session`` does both around a ``RunService`` run (``serve``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import UsageError
+from ..redaction import redact
+from ..runtimes.protocol import Message
+
+if TYPE_CHECKING:
+    from ..compile.program import Method
+    from ..json_types import JSONValue
+    from .events import Observer
+    from .record import RunRecord
+    from .service import RunService
+
+__all__ = [
+    "SESSIONS_FILE",
+    "SessionInfo",
+    "SessionMessage",
+    "SessionStore",
+    "chat_input",
+    "check_name",
+    "run_in_session",
+    "sessions_path",
+    "turn_text",
+    "user_text",
+]
+
+#: Where a project keeps its sessions, relative to the project's folder.
+SESSIONS_FILE = Path(".openprogram") / "sessions.db"
+
+#: A session name: letters, digits, ``.``, ``_``, ``-`` (it is typed on command lines and
+#: put in URLs).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+    name       TEXT PRIMARY KEY,
+    agent      TEXT NOT NULL,
+    method     TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    session    TEXT NOT NULL REFERENCES sessions(name) ON DELETE CASCADE,
+    role       TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    content    TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    run_id     TEXT,
+    version    TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session, id);
+"""
+
+
+def sessions_path(project_root: Path) -> Path:
+    """The session store of the project in ``project_root`` (``Program.root``)."""
+    return project_root / SESSIONS_FILE
+
+
+def check_name(name: str) -> str:
+    """``name`` if it can name a session; else a ``UsageError`` saying what can."""
+    if not _NAME.fullmatch(name):
+        raise UsageError(
+            f"session name {name!r} is not allowed: use up to 64 letters, digits, '.', '_' "
+            "or '-', starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """One session, as ``sessions`` lists it."""
+
+    name: str
+    agent: str
+    method: str
+    created_at: str
+    updated_at: str
+    messages: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "agent": self.agent,
+            "method": self.method,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "messages": self.messages,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMessage:
+    """One message of a session."""
+
+    role: str
+    content: str
+    created_at: str
+    run_id: str | None
+    version: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "role": self.role,
+            "content": self.content,
+            "created_at": self.created_at,
+            "run_id": self.run_id,
+            "version": self.version,
+        }
+
+
+class SessionStore:
+    """The sessions of one project, in one SQLite file (created when first written)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                # Autocommit; writes that belong together use an explicit transaction.
+                db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA foreign_keys=ON")
+                db.execute("PRAGMA busy_timeout=5000")
+                db.executescript(_SCHEMA)
+            except (OSError, sqlite3.Error) as exc:
+                raise UsageError(f"cannot open the session store {self.path}: {exc}") from None
+            self._db = db
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- reading ------------------------------------------------------------------------
+
+    def sessions(self) -> list[SessionInfo]:
+        """Every session, the most recently used first."""
+        if not self.path.exists():
+            return []
+        rows = self._connect().execute(
+            "SELECT s.name, s.agent, s.method, s.created_at, s.updated_at, COUNT(m.id) "
+            "FROM sessions s LEFT JOIN messages m ON m.session = s.name "
+            "GROUP BY s.name ORDER BY s.updated_at DESC, s.name"
+        )
+        return [SessionInfo(*row) for row in rows]
+
+    def get(self, name: str) -> SessionInfo | None:
+        """The session called ``name``, or None."""
+        return next((s for s in self.sessions() if s.name == name), None)
+
+    def require(self, name: str) -> SessionInfo:
+        """The session called ``name``; a ``UsageError`` listing the others when missing."""
+        found = self.get(name)
+        if found is None:
+            names = [s.name for s in self.sessions()]
+            known = f"; sessions: {', '.join(names)}" if names else "; there are no sessions yet"
+            raise UsageError(f"no session '{name}' in {self.path}{known}")
+        return found
+
+    def messages(self, name: str) -> list[SessionMessage]:
+        """The messages of session ``name``, oldest first."""
+        if not self.path.exists():
+            return []
+        rows = self._connect().execute(
+            "SELECT role, content, created_at, run_id, version FROM messages "
+            "WHERE session = ? ORDER BY id",
+            (name,),
+        )
+        return [SessionMessage(*row) for row in rows]
+
+    def history(self, name: str) -> tuple[Message, ...]:
+        """Session ``name``'s messages as the prior messages of its next run."""
+        return tuple(Message("user" if m.role == "user" else "assistant", m.content)
+                     for m in self.messages(name))  # fmt: skip
+
+    def export_jsonl(self, name: str) -> Iterator[str]:
+        """Session ``name`` as JSON Lines: a first line describing it, then its messages."""
+        info = self.require(name)
+        yield json.dumps({"session": info.to_dict()}, ensure_ascii=False)
+        for message in self.messages(name):
+            yield json.dumps(message.to_dict(), ensure_ascii=False)
+
+    # --- writing ------------------------------------------------------------------------
+
+    def open(self, name: str, agent: str, method: str) -> SessionInfo:
+        """Session ``name``, created for ``agent.method`` when it does not exist yet.
+
+        A session belongs to the method it was started with: resuming it with another is a
+        ``UsageError`` (its history was shaped by that method's prompt).
+        """
+        check_name(name)
+        found = self.get(name)
+        if found is not None:
+            if (found.agent, found.method) != (agent, method):
+                raise UsageError(
+                    f"session '{name}' talks to {found.agent}.{found.method}, not "
+                    f"{agent}.{method}: resume it with that method or pick another name"
+                )
+            return found
+        now = _now()
+        self._connect().execute(
+            "INSERT INTO sessions (name, agent, method, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (name, agent, method, now, now),
+        )
+        return SessionInfo(name, agent, method, now, now, 0)
+
+    def add_turn(
+        self, name: str, user: str, answer: str, *, run_id: str | None, version: str | None
+    ) -> None:
+        """Keep one exchange: the person's message and the answer, in one transaction."""
+        now = _now()
+        db = self._connect()
+        with _transaction(db):
+            for role, content in (("user", user), ("assistant", answer)):
+                db.execute(
+                    "INSERT INTO messages (session, role, content, created_at, run_id, version) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (name, role, content, now, run_id, version),
+                )
+            db.execute("UPDATE sessions SET updated_at = ? WHERE name = ?", (now, name))
+
+    def delete(self, name: str) -> None:
+        """Remove session ``name`` and its messages (a ``UsageError`` when there is none)."""
+        self.require(name)
+        db = self._connect()
+        with _transaction(db):
+            db.execute("DELETE FROM messages WHERE session = ?", (name,))
+            db.execute("DELETE FROM sessions WHERE name = ?", (name,))
+
+    def new_name(self, prefix: str = "chat") -> str:
+        """A name no session has yet: ``chat-YYYYMMDD-HHMMSS`` (with ``-2``… when taken)."""
+        base = f"{prefix}-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
+        taken = {s.name for s in self.sessions()}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}-{n}"
+        return name
+
+
+class _transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (or ``ROLLBACK`` on an error) on an autocommit
+    connection, so that the writes of one step land together."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def chat_input(method: Method, fixed: Collection[str] = ()) -> str:
+    """The input a person's message goes into: the one input of ``method`` not in ``fixed``
+    (inputs given otherwise, ``-i NAME=VALUE``) that has no default.
+
+    Raises ``UsageError`` with a hint when there is not exactly one.
+    """
+    open_inputs = [name for name in method.inputs if name not in fixed]
+    if len(open_inputs) == 1:
+        return open_inputs[0]
+    required = [n for n in open_inputs if not _has_default(method.inputs[n])]
+    if len(required) == 1:
+        return required[0]
+    where = f"{method.agent}.{method.name}"
+    if not open_inputs:
+        raise UsageError(
+            f"method '{where}' has no input left for the message: chat with a method that "
+            "takes one (inputs: {message: {type: string}}), or give fewer with -i"
+        )
+    raise UsageError(
+        f"method '{where}' takes several inputs ({', '.join(open_inputs)}): give all but "
+        "the one the message goes into with -i NAME=VALUE"
+    )
+
+
+def _has_default(schema: JSONValue) -> bool:
+    return isinstance(schema, dict) and "default" in schema
+
+
+def turn_text(output: JSONValue) -> str:
+    """A run's output as the text of an assistant message (JSON for structured output)."""
+    if isinstance(output, str):
+        return output
+    return json.dumps(output, ensure_ascii=False)
+
+
+async def run_in_session(
+    service: RunService,
+    store: SessionStore,
+    name: str,
+    agent: str | None,
+    method: str | None,
+    inputs: Mapping[str, JSONValue],
+    *,
+    model: str | None = None,
+    on_event: Observer | None = None,
+) -> RunRecord:
+    """One run of ``agent.method`` as the next turn of session ``name`` (created if new).
+
+    The session's messages go to the run as its history; the person's message is the
+    method's chat input (``chat_input``) of ``inputs``. A run that ends ``ok`` adds the
+    exchange to the session; a failed or interrupted one leaves the session as it was.
+    Raises ``UsageError`` before any run for a bad name, a method without one chat input,
+    or a session that talks to another method.
+    """
+    program, _ = service.current()
+    chosen, method_name = program.select(method, agent=agent)
+    compiled = chosen.method(method_name or None)
+    store.open(name, chosen.name, compiled.name)
+    history = store.history(name)
+    record = await service.start(
+        chosen.name, compiled.name, inputs, model=model, on_event=on_event, history=history
+    )
+    if record.status == "ok":
+        store.add_turn(
+            name,
+            redact(user_text(compiled, inputs), record.secrets),
+            redact(turn_text(record.output), record.secrets),
+            run_id=record.id,
+            version=record.version.hash,
+        )
+    return record
+
+
+def user_text(method: Method, inputs: Mapping[str, JSONValue]) -> str:
+    """The person's message of a run's ``inputs``: the method's chat input when it has
+    one, else every input as JSON (a served run gives all of them in one body)."""
+    try:
+        name = chat_input(method)
+    except UsageError:
+        return turn_text(dict(inputs))
+    return turn_text(inputs.get(name))

@@ -1,0 +1,149 @@
+"""Chat sessions: the store (SQLite), the history a run is sent, and how much of it a
+method takes (``history:``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from openprogram_yaml.compile.program import HistoryLimit
+from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.errors import ConfigError, UsageError
+from openprogram_yaml.providers.test import ScriptedRuntime
+from openprogram_yaml.run.history import trim_history
+from openprogram_yaml.run.service import RunService
+from openprogram_yaml.run.sessions import (
+    SessionStore,
+    chat_input,
+    run_in_session,
+    sessions_path,
+)
+from openprogram_yaml.run.version import VersionStamp
+from openprogram_yaml.runtime import Runtime
+from openprogram_yaml.runtimes.protocol import Message
+
+CHAT = """
+version: 1
+name: pal
+model: test
+methods:
+  talk:
+    inputs: {message: {type: string}}
+    prompt: "{{ message }}"
+    history: {max_messages: 2}
+  brief:
+    inputs: {topic: {type: string}, tone: {type: string}, length: {type: integer, default: 3}}
+    prompt: "{{ topic }} {{ tone }} {{ length }}"
+  fixed:
+    prompt: "Say hi."
+"""
+
+
+def _store(tmp_path: Path) -> SessionStore:
+    return SessionStore(sessions_path(tmp_path))
+
+
+def test_async_exec_sends_the_history_before_the_new_message() -> None:
+    model = ScriptedRuntime(["fine"])
+    history = [Message("user", "hi"), Message("assistant", "hello")]
+    assert asyncio.run(Runtime(runtimes=model).async_exec("how are you?", history=history)) == (
+        "fine"
+    )
+    sent = [(m.role, m.text()) for m in model.requests[0].messages]
+    assert sent == [("user", "hi"), ("assistant", "hello"), ("user", "how are you?")]
+
+
+def test_history_is_cut_to_the_newest_messages_and_never_opens_with_an_answer() -> None:
+    talk = [Message("user", "a" * 40), Message("assistant", "b" * 40)] * 3
+    assert trim_history(talk, HistoryLimit(max_messages=2)) == tuple(talk[-2:])
+    # Three messages fit; the cut would open with an answer, so that one goes too.
+    assert trim_history(talk, HistoryLimit(max_messages=3)) == tuple(talk[-2:])
+    assert trim_history(talk, HistoryLimit(max_messages=0)) == ()
+    # 40 characters are about 10 tokens: 25 tokens hold two messages.
+    assert trim_history(talk, HistoryLimit(max_tokens=25)) == tuple(talk[-2:])
+    assert trim_history(talk, HistoryLimit(max_tokens=5)) == ()
+
+
+def test_a_method_declares_how_much_history_it_takes(write) -> None:  # type: ignore[no-untyped-def]
+    agent = compile_path(write("pal.yaml", CHAT)).agent()
+    assert agent.method("talk").history == HistoryLimit(max_messages=2)
+    assert agent.method("fixed").history is None
+
+
+def test_a_history_without_a_limit_is_a_positioned_error(write) -> None:  # type: ignore[no-untyped-def]
+    bad = CHAT.replace("history: {max_messages: 2}", "history: {}")
+    with pytest.raises(ConfigError) as info:
+        compile_path(write("pal.yaml", bad))
+    [diag] = info.value.diagnostics
+    assert diag.line == 8
+    assert "'history' needs 'max_messages' or 'max_tokens'" in diag.message
+
+
+def test_the_store_keeps_sessions_and_their_messages(tmp_path: Path) -> None:
+    with _store(tmp_path) as store:
+        assert store.sessions() == []
+        store.open("work", "pal", "talk")
+        store.add_turn("work", "hi", "hello", run_id="r1", version="v1")
+        store.add_turn("work", "and?", "fine", run_id="r2", version="v1")
+        [info] = store.sessions()
+        assert (info.name, info.agent, info.method, info.messages) == ("work", "pal", "talk", 4)
+        assert [(m.role, m.text()) for m in store.history("work")] == [
+            ("user", "hi"),
+            ("assistant", "hello"),
+            ("user", "and?"),
+            ("assistant", "fine"),
+        ]
+        lines = [json.loads(line) for line in store.export_jsonl("work")]
+        assert lines[0]["session"]["name"] == "work"
+        assert [(m["role"], m["content"], m["run_id"]) for m in lines[1:]][:2] == [
+            ("user", "hi", "r1"),
+            ("assistant", "hello", "r1"),
+        ]
+        with pytest.raises(UsageError, match=r"talks to pal\.talk, not pal\.brief"):
+            store.open("work", "pal", "brief")
+        with pytest.raises(UsageError, match="session name 'a b' is not allowed"):
+            store.open("a b", "pal", "talk")
+        store.delete("work")
+        assert store.sessions() == []
+        with pytest.raises(UsageError, match=r"no session 'work'.*there are no sessions yet"):
+            store.delete("work")
+    # WAL, so that a chat and a `sessions` command can use the file at once.
+    mode = sqlite3.connect(sessions_path(tmp_path)).execute("PRAGMA journal_mode").fetchone()
+    assert mode == ("wal",)
+
+
+def test_the_message_goes_into_the_one_input_left(write) -> None:  # type: ignore[no-untyped-def]
+    agent = compile_path(write("pal.yaml", CHAT)).agent()
+    assert chat_input(agent.method("talk")) == "message"
+    with pytest.raises(UsageError, match=r"several inputs \(topic, tone, length\).*-i NAME"):
+        chat_input(agent.method("brief"))
+    assert chat_input(agent.method("brief"), {"tone"}) == "topic"
+    with pytest.raises(UsageError, match="no input left for the message"):
+        chat_input(agent.method("fixed"))
+
+
+def test_a_run_in_a_session_is_sent_the_history_and_adds_its_turn(write, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    program = compile_path(write("pal.yaml", CHAT))
+    stamp = VersionStamp(program.version)
+
+    async def main() -> list[str]:
+        service = RunService(lambda: (program, stamp))
+        outputs = []
+        with _store(tmp_path) as store:
+            for text in ("one", "two", "three"):
+                record = await run_in_session(service, store, "s", "pal", "talk", {"message": text})
+                assert record.status == "ok", record.error
+                outputs.append(str(record.output))
+            messages = store.messages("s")
+        await service.shutdown(0)
+        assert [m.role for m in messages] == ["user", "assistant"] * 3
+        assert [m.content for m in messages[::2]] == ["one", "two", "three"]
+        assert messages[-1].version == program.version
+        return outputs
+
+    outputs = asyncio.run(main())
+    assert len(outputs) == 3
