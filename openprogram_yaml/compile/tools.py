@@ -7,12 +7,13 @@ the tool's declared parameters; the tool kinds themselves live in ``openprogram_
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import Diagnostic, ToolError
 from ..spec.loader import AgentDocument
-from ..spec.models import AgentToolSpec, HttpToolSpec
+from ..spec.models import AgentToolSpec, HttpToolSpec, McpToolSpec
 from ..spec.yamlread import Loc
 from .context import Collector, ProjectContext
 from .paths import resolve_inside
@@ -22,8 +23,9 @@ from .url_templates import UrlTemplate
 
 if TYPE_CHECKING:
     from ..tools.base import ConfiguredTool
+    from ..tools.mcp import McpServer
 
-__all__ = ["build_tools"]
+__all__ = ["BuiltTools", "build_tools", "mcp_server_names"]
 
 _EMPTY_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}}
 
@@ -201,6 +203,68 @@ def _build_one(
     return None
 
 
+def _build_server(
+    col: Collector, doc: AgentDocument, name: str, mcp: McpToolSpec, ctx: ProjectContext
+) -> McpServer | None:
+    """The ``mcp`` entry ``name`` as a server, not started (its tools are listed when a run
+    first offers them); problems are reported at their keys."""
+    from ..tools.base import ToolBuildError
+    from ..tools.mcp import McpServer
+
+    loc: Loc = ("tools", name, "mcp")
+    cwd = ctx.root if mcp.command is not None else None
+    if mcp.cwd is not None:
+        target, problem = resolve_inside(doc.path, mcp.cwd, ctx.root)
+        if target is None:
+            _error(col, doc, (*loc, "cwd"), str(problem))
+            return None
+        if not target.is_dir():
+            _error(col, doc, (*loc, "cwd"), f"'{mcp.cwd}' is not a folder ({target})")
+            return None
+        cwd = target
+    try:
+        return McpServer(
+            name,
+            command=mcp.command,
+            cwd=cwd,
+            env=mcp.env,
+            url=mcp.url,
+            headers=mcp.headers,
+            timeout_s=mcp.timeout_s,
+            confirm=mcp.confirm,
+        )
+    except ToolBuildError as exc:
+        field = exc.field if exc.field in McpToolSpec.model_fields else None
+        _error(col, doc, (*loc, field) if field else loc, str(exc))
+    return None
+
+
+def mcp_server_names(doc: AgentDocument) -> list[str]:
+    """The agent's tools that are MCP servers (``files`` of ``files__read_file``)."""
+    return [name for name, tool in doc.spec.tools.items() if tool.mcp is not None]
+
+
+def _expected_server_tools(doc: AgentDocument, servers: dict[str, McpServer]) -> None:
+    """Tell each server the tool names (not globs) the agent's toolsets and allow/deny lists
+    give for it, with their positions, for ``check --connect``."""
+    from ..tools.mcp import SEPARATOR
+
+    places: list[tuple[str, Loc]] = []
+    for set_name, toolset in doc.spec.toolsets.items():
+        for key in ("tools", "allow", "deny"):
+            for i, entry in enumerate(getattr(toolset, key) or ()):
+                places.append((entry, ("toolsets", set_name, key, i)))
+    for method_name, method in doc.spec.methods.items():
+        for key in ("tools_allow", "tools_deny"):
+            for i, entry in enumerate(getattr(method, key) or ()):
+                places.append((entry, ("methods", method_name, key, i)))
+    for entry, loc in places:
+        server = servers.get(entry.partition(SEPARATOR)[0])
+        if server is not None and SEPARATOR in entry and not any(c in entry for c in "*?["):
+            pos = doc.source.at(loc)
+            server.expected.append((entry, f"{pos.path}:{pos.line}:{pos.col}"))
+
+
 def _add_confirm(
     engine: TemplateEngine,
     col: Collector,
@@ -228,13 +292,31 @@ def _all_compiled(templates: dict[str, CompiledTemplate | None]) -> dict[str, Co
     return {k: v for k, v in templates.items() if v is not None}
 
 
+@dataclass(frozen=True, slots=True)
+class BuiltTools:
+    """An agent's tools as compiled."""
+
+    #: Tools that run on their own (python, http, command).
+    tools: list[Any]
+    #: Method tools, as references to link once every agent compiled.
+    method_refs: dict[str, tuple[str, AgentDocument, Loc]]
+    #: MCP servers, whose tools are known once a run connects to them.
+    servers: list[McpServer]
+
+
 def build_tools(
     engine: TemplateEngine, col: Collector, doc: AgentDocument, ctx: ProjectContext
-) -> tuple[list[Any], dict[str, tuple[str, AgentDocument, Loc]]]:
-    """The agent's runnable tools, and its method tools as references to link later."""
+) -> BuiltTools:
+    """The agent's runnable tools, its method tools and its MCP servers."""
     tools: list[Any] = []
     method_refs: dict[str, tuple[str, AgentDocument, Loc]] = {}
+    servers: dict[str, McpServer] = {}
     for name, tool in doc.spec.tools.items():
+        if tool.mcp is not None:
+            server = _build_server(col, doc, name, tool.mcp, ctx)
+            if server is not None:
+                servers[name] = server
+            continue
         if tool.method is not None:
             if tool.parameters is not None:
                 _error(
@@ -249,4 +331,5 @@ def build_tools(
         if built is not None:
             _add_confirm(engine, col, doc, name, tool, built)
             tools.append(built)
-    return tools, method_refs
+    _expected_server_tools(doc, servers)
+    return BuiltTools(tools, method_refs, list(servers.values()))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..runtime.toolsets import RESERVED_TOOLSETS
@@ -11,6 +11,7 @@ from ..spec.loader import AgentDocument
 from ..spec.models import MethodSpec, ToolsetSpec
 from ..spec.yamlread import Loc
 from .context import Collector
+from .tools import mcp_server_names
 
 if TYPE_CHECKING:
     from ..runtime import ToolsetPreset
@@ -30,6 +31,7 @@ def check_tool_selection(
     ``toolsets`` are the ones the agent can use: the project's and its own.
     """
     spec = doc.spec
+    servers = mcp_server_names(doc)
     ok = True
     if method.toolset is not None and method.toolset not in (*toolsets, *RESERVED_TOOLSETS):
         known = sorted({*toolsets, "none"})
@@ -43,7 +45,7 @@ def check_tool_selection(
     for key in ("tools_allow", "tools_deny"):
         for i, pattern in enumerate(getattr(method, key) or ()):
             builtin = pattern == "ask_user" and spec.ask_user
-            if not is_glob(pattern) and pattern not in spec.tools and not builtin:
+            if _names_no_tool(pattern, spec.tools, servers) and not builtin:
                 col.at(
                     doc.source,
                     ("methods", name, key, i),
@@ -58,6 +60,14 @@ def is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
+def _names_no_tool(entry: str, tools: Collection[str], servers: Sequence[str]) -> bool:
+    """Whether ``entry`` is a tool name the agent cannot have: not a glob, not a declared
+    tool, not a tool of one of its MCP ``servers`` (``check --connect`` checks those)."""
+    from ..tools.mcp import is_server_tool
+
+    return not is_glob(entry) and entry not in tools and not is_server_tool(entry, servers)
+
+
 def compile_toolsets(
     col: Collector, doc: AgentDocument, shared: Mapping[str, ToolsetSpec]
 ) -> dict[str, ToolsetPreset]:
@@ -67,6 +77,7 @@ def compile_toolsets(
     Problems in shared toolsets are the project's to report, once, not each agent's.
     """
     spec = doc.spec
+    servers = mcp_server_names(doc)
     every = {**shared, **spec.toolsets}
     presets: dict[str, ToolsetPreset] = {
         name: _preset(ts) for name, ts in shared.items() if name not in spec.toolsets
@@ -76,7 +87,7 @@ def compile_toolsets(
         if set_name in RESERVED_TOOLSETS:
             col.at(doc.source, loc, f"toolset name '{set_name}' is reserved", key=True)
         for i, tool in enumerate(ts.tools):
-            if not is_glob(tool) and tool not in spec.tools:
+            if _names_no_tool(tool, spec.tools, servers):
                 col.at(
                     doc.source,
                     (*loc, "tools", i),

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..runtime.retry import RetryInfo
     from ..runtime.toolgate import ToolGate
 
-__all__ = ["close_tools", "open_runtime", "selector_for"]
+__all__ = ["close_tools", "open_runtime", "selector_for", "server_tools"]
 
 
 def selector_for(agent: Agent) -> RuntimeSelector:
@@ -34,11 +34,21 @@ def selector_for(agent: Agent) -> RuntimeSelector:
 
 
 async def close_tools(agent: Agent) -> None:
-    """Close the clients the agent's tools opened (the http tool's pool)."""
-    for tool in agent.tools:
+    """Close the clients the agent's tools opened (the http tool's pool) and stop its MCP
+    servers."""
+    for tool in (*agent.tools, *agent.tool_servers):
         closer = getattr(tool, "aclose", None)
         if closer is not None:
             await closer()
+
+
+async def server_tools(agent: Agent) -> list[object]:
+    """The tools of the agent's MCP servers, each server started if it is not running (a
+    ``ToolError`` naming the server if it cannot start: the run fails)."""
+    found: list[object] = []
+    for server in agent.tool_servers:
+        found.extend(await server.tools())
+    return found
 
 
 @contextlib.asynccontextmanager
@@ -63,6 +73,12 @@ async def open_runtime(
     ``asker`` answers questions and confirmations (None: nobody is there).
     ``on_event`` is told what happens as it happens (``run.events`` names the events).
     """
+    try:
+        tools = [*agent.tools, *await server_tools(agent)] if agent.tool_servers else agent.tools
+    except BaseException:
+        if shared is None:
+            await close_tools(agent)
+        raise
     selector: RuntimeSelectorProtocol = selector_for(agent) if shared is None else shared
     if wrap_selector is not None:
         selector = wrap_selector(selector)
@@ -71,7 +87,7 @@ async def open_runtime(
         max_retries=agent.retry.max_retries,
         backoff_base_s=agent.retry.backoff_base_s,
         runtimes=selector,
-        tools=agent.tools,
+        tools=tools,
         toolsets=agent.toolsets,
         trace=trace,
         tool_gate=tool_gate,

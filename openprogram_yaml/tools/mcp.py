@@ -1,0 +1,416 @@
+"""``mcp`` tools: the tools of an MCP server, through the official ``mcp`` SDK (its one home).
+
+A ``McpServer`` is one ``mcp:`` entry of an agent: a program started with an argv list (never
+a shell) that talks over stdin/stdout, or a streamable HTTP endpoint. Its tools are known only
+once connected, so the server starts lazily: the first run that offers the agent's tools
+calls ``tools()``, which connects (once per process and event loop; concurrent runs share the
+connection and wait on one start) and lists the server's tools as ``McpTool`` objects named
+``<entry>__<tool>`` (``files__read_file``): a dot would be clearer, but the OpenAI and
+Anthropic APIs accept only ``[A-Za-z0-9_-]`` in tool names, so any other character of the
+server's name becomes ``_``.
+
+The SDK's clients are anyio context managers, which must be entered and left by the same
+task. So each connection lives in one long-lived task that owns the ``Client`` context and
+waits for ``stop``; callers (the runs) talk to the server through the connected client.
+``aclose()`` stops that task, and with it the server: stdin closed, then SIGTERM and SIGKILL
+of its process group (the SDK's shutdown). The server's stderr goes to a temporary file, whose
+end is shown when it fails to start.
+
+Failures: a server that cannot start is a ``ToolError`` from ``tools()`` (the run fails and
+says why); one that dies during a call, does not answer within ``timeout_s``, or answers with
+``isError`` makes that call fail (the model sees the error). A server that stopped starts
+again on the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO, cast
+
+from openprogram_yaml.errors import ToolError
+from openprogram_yaml.json_types import JSONObject, JSONValue
+from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.client import Transport
+    from mcp.client._transport import TransportStreams
+    from mcp.types import CallToolResult, ContentBlock
+    from mcp.types import Tool as RemoteTool
+
+__all__ = ["DEFAULT_TIMEOUT_S", "SEPARATOR", "McpServer", "McpTool", "is_server_tool"]
+
+#: Between the entry's name and the server's tool name: ``files__read_file``.
+SEPARATOR = "__"
+DEFAULT_TIMEOUT_S = 30.0
+#: Longest tool name the OpenAI API accepts.
+MAX_NAME = 64
+#: Characters of the server's stderr (its end) shown when it fails to start.
+STDERR_TAIL = 1500
+#: How long ``aclose`` waits for the SDK's shutdown (it escalates to SIGKILL within ~4 s).
+STOP_WAIT_S = 10.0
+_NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def is_server_tool(name: str, servers: Sequence[str]) -> bool:
+    """Whether ``name`` has the form of a tool of one of the MCP entries ``servers``."""
+    server, sep, tool = name.partition(SEPARATOR)
+    return bool(sep and tool and server in servers)
+
+
+def _tool_name(server: str, remote: str) -> str:
+    return (server + SEPARATOR + _NOT_IN_NAMES.sub("_", remote))[:MAX_NAME]
+
+
+class McpTool(ConfiguredTool):
+    """One tool of an MCP server, as the runtime offers it."""
+
+    kind = "mcp"
+
+    def __init__(self, server: McpServer, remote: RemoteTool) -> None:
+        super().__init__(
+            _tool_name(server.name, remote.name), remote.description or "", remote.input_schema
+        )
+        self.server = server
+        #: The tool's name on the server.
+        self.remote_name = remote.name
+        self.confirm = server.confirms(remote.name)
+
+    async def _run(self, arguments: JSONObject) -> object:
+        result = await self.server.call(self.remote_name, self.name, arguments)
+        return _result_value(result, self.name)
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One running connection: the task owning the client context, and what it found."""
+
+    loop: asyncio.AbstractEventLoop
+    stop: asyncio.Event
+    errlog: TextIO | None
+    task: asyncio.Task[None] | None = None
+    client: Client | None = None
+    tools: tuple[McpTool, ...] = ()
+    #: Why the server stopped answering (None while it answers).
+    lost: str | None = None
+    names: dict[str, str] = field(default_factory=dict)
+
+    def usable(self) -> bool:
+        running = asyncio.get_running_loop()
+        alive = self.task is not None and not self.task.done()
+        return self.loop is running and alive and self.client is not None and self.lost is None
+
+
+class McpServer:
+    """An MCP server whose tools an agent offers. See the module docstring."""
+
+    kind = "mcp"
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        command: Sequence[str] | None = None,
+        cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        url: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float | None = None,
+        confirm: bool | Sequence[str] = False,
+    ) -> None:
+        if (command is None) == (url is None):
+            raise ToolBuildError(f"tool {name!r}: give 'command' or 'url'", field="mcp")
+        self.name = name
+        self.url = url
+        self.headers = dict(headers or {})
+        self.env = dict(env or {})
+        self.cwd = cwd
+        self.timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
+        if self.timeout_s <= 0:
+            raise ToolBuildError(f"tool {name!r}: timeout_s must be > 0", field="timeout_s")
+        self.confirm = confirm if isinstance(confirm, bool) else tuple(confirm)
+        self.command: tuple[str, ...] = ()
+        if command is not None:
+            found = self._find(command[0]) if command else None
+            if found is None:
+                where = f"relative to {cwd}" if cwd is not None else "on PATH"
+                program = command[0] if command else ""
+                raise ToolBuildError(
+                    f"tool {name!r}: program {program!r} was not found {where}", field="command"
+                )
+            self.command = (found, *command[1:])
+            self._shown = " ".join(command)
+        else:
+            self._shown = str(url)
+        #: Tool names the agent's toolsets and allow/deny lists name, with where (a
+        #: ``path:line:col``): ``check --connect`` verifies the server offers them.
+        self.expected: list[tuple[str, str]] = []
+        self._connection: _Connection | None = None
+        self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+
+    def __repr__(self) -> str:
+        return f"McpServer(name={self.name!r})"
+
+    def describe(self) -> str:
+        """How error messages name the server: ``MCP server 'files' (python notes.py)``."""
+        return f"MCP server {self.name!r} ({self._shown})"
+
+    def _find(self, program: str) -> str | None:
+        if os.sep in program:
+            candidate = Path(program)
+            if not candidate.is_absolute() and self.cwd is not None:
+                candidate = self.cwd / candidate
+            return str(candidate) if candidate.is_file() else None
+        return shutil.which(program)
+
+    def confirms(self, remote: str) -> bool:
+        """Whether a call of the server's tool ``remote`` needs the person's approval."""
+        if isinstance(self.confirm, bool):
+            return self.confirm
+        return any(fnmatchcase(remote, pattern) for pattern in self.confirm)
+
+    # --- the connection ---------------------------------------------------------------
+
+    async def tools(self) -> tuple[McpTool, ...]:
+        """The server's tools, connecting first if it is not connected (a ``ToolError``
+        naming the server when it cannot start)."""
+        connection = self._connection
+        if connection is not None and connection.usable():
+            return connection.tools
+        async with self._start_lock():
+            connection = self._connection
+            if connection is not None and connection.usable():
+                return connection.tools
+            self._connection = None
+            if connection is not None:
+                await _retire(connection)
+            self._connection = await self._start()
+            return self._connection.tools
+
+    def _start_lock(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._lock is None or self._lock[0] is not loop:
+            self._lock = (loop, asyncio.Lock())
+        return self._lock[1]
+
+    def _transport(self, errlog: TextIO | None) -> Transport:
+        if self.url is not None:
+            return _http_transport(self.url, self.headers)
+        from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        parameters = StdioServerParameters(
+            command=self.command[0], args=list(self.command[1:]), env=self.env, cwd=self.cwd
+        )
+        assert errlog is not None
+        return stdio_client(parameters, errlog=errlog)
+
+    async def _start(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        errlog = None
+        if self.url is None:
+            # Closed by ``_retire`` when the connection ends.
+            errlog = cast(TextIO, tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))  # noqa: SIM115
+        connection = _Connection(loop, asyncio.Event(), errlog)
+        ready: asyncio.Future[None] = loop.create_future()
+        connection.task = loop.create_task(
+            self._own(connection, ready), name=f"mcp server {self.name}"
+        )
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                await asyncio.shield(ready)
+        except asyncio.CancelledError:
+            await _retire(connection)
+            raise
+        except Exception as exc:
+            reason = (
+                f"it did not start within {self.timeout_s:g}s"
+                if isinstance(exc, TimeoutError)
+                else _reason(exc)
+            )
+            tail = _tail(errlog)
+            await _retire(connection)
+            raise ToolError(
+                f"{self.describe()} failed to start: {reason}"
+                + (f"\nits stderr ended with:\n{tail}" if tail else "")
+            ) from None
+        return connection
+
+    async def _own(self, connection: _Connection, ready: asyncio.Future[None]) -> None:
+        """The task that holds the connection open until ``stop`` is set."""
+        from mcp import Client
+
+        try:
+            async with Client(self._transport(connection.errlog), cache=None) as client:
+                tools = await self._list(client)
+                connection.client = client
+                connection.tools = tools
+                ready.set_result(None)
+                await connection.stop.wait()
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.cancel()
+            raise
+        except Exception as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                connection.lost = _reason(exc)
+        finally:
+            connection.client = None
+
+    async def _list(self, client: Client) -> tuple[McpTool, ...]:
+        tools: dict[str, McpTool] = {}
+        cursor: str | None = None
+        while True:
+            page = await client.list_tools(cursor=cursor)
+            for remote in page.tools:
+                tool = McpTool(self, remote)
+                if tool.name in tools:
+                    raise ToolError(
+                        f"two of its tools are both named {tool.name!r} here "
+                        f"({tools[tool.name].remote_name!r} and {remote.name!r})"
+                    )
+                tools[tool.name] = tool
+            cursor = page.next_cursor
+            if cursor is None:
+                return tuple(tools.values())
+
+    async def call(
+        self, remote: str, shown: str, arguments: Mapping[str, JSONValue]
+    ) -> CallToolResult:
+        """The server's answer to a call of its tool ``remote`` (``shown``: its name here)."""
+        from mcp import MCPError
+        from mcp.types import CONNECTION_CLOSED
+
+        connection = self._connection
+        if connection is None or not connection.usable() or connection.client is None:
+            lost = f": {connection.lost}" if connection is not None and connection.lost else ""
+            raise ToolError(
+                f"{self.describe()} is not running{lost}; it starts again on the next run"
+            )
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await connection.client.call_tool(remote, dict(arguments))
+        except TimeoutError:
+            raise ToolError(
+                f"{self.describe()} did not answer tool {shown!r} within {self.timeout_s:g}s"
+            ) from None
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                connection.lost = "it stopped (connection closed)"
+                raise ToolError(
+                    f"{self.describe()} stopped while running tool {shown!r} (connection "
+                    "closed); it starts again on the next run"
+                ) from None
+            raise ToolError(f"{self.describe()} refused tool {shown!r}: {exc.message}") from None
+        except Exception as exc:  # transport failures (HTTP errors, a malformed answer)
+            raise ToolError(f"{self.describe()} failed on tool {shown!r}: {_reason(exc)}") from None
+
+    async def aclose(self) -> None:
+        """Stop the server (a later ``tools()`` starts it again)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await _retire(connection)
+
+
+@contextlib.asynccontextmanager
+async def _http_transport(url: str, headers: Mapping[str, str]) -> AsyncIterator[TransportStreams]:
+    """The streamable HTTP transport, over an HTTP client sending ``headers``."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    # The SDK's own defaults: 30 s to connect, 300 s to read (a stream may idle).
+    timeout = httpx2.Timeout(30.0, read=300.0)
+    async with (
+        httpx2.AsyncClient(headers=dict(headers), timeout=timeout) as http,
+        streamable_http_client(url, http_client=http) as streams,
+    ):
+        yield streams
+
+
+async def _retire(connection: _Connection) -> None:
+    """Stop a connection's task (and so its server) and wait for it to end."""
+    connection.stop.set()
+    task = connection.task
+    try:
+        if task is None or task.done():
+            return
+        if connection.loop is not asyncio.get_running_loop():
+            # Started on another loop (a sync caller's): ask that loop, if it still runs.
+            if not connection.loop.is_closed():
+                connection.loop.call_soon_threadsafe(connection.stop.set)
+            return
+        done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+        if not done:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+    finally:
+        if connection.errlog is not None:
+            connection.errlog.close()
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, from the innermost error of an exception group."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _tail(errlog: TextIO | None) -> str:
+    if errlog is None:
+        return ""
+    with contextlib.suppress(OSError, ValueError):
+        errlog.seek(0)
+        text = errlog.read().strip()
+        return text if len(text) <= STDERR_TAIL else "…" + text[-STDERR_TAIL:]
+    return ""
+
+
+def _result_value(result: CallToolResult, name: str) -> object:
+    """What the model sees of a call's result: its content blocks as text, or the
+    structured content when there are none; an ``isError`` result is a ``ToolError``."""
+    parts = [_block_text(block) for block in result.content]
+    text = "\n".join(part for part in parts if part)
+    if result.is_error:
+        raise ToolError(text or f"tool {name!r} reported an error")
+    if not parts and result.structured_content is not None:
+        return result.structured_content
+    return text or "(no output)"
+
+
+def _block_text(block: ContentBlock) -> str:
+    from mcp.types import (
+        AudioContent,
+        EmbeddedResource,
+        ImageContent,
+        ResourceLink,
+        TextContent,
+        TextResourceContents,
+    )
+
+    if isinstance(block, TextContent):
+        return block.text
+    if isinstance(block, ImageContent | AudioContent):
+        kind = "image" if isinstance(block, ImageContent) else "audio"
+        size = len(block.data) * 3 // 4
+        return f"[{kind}: {block.mime_type}, about {size} bytes, not shown]"
+    if isinstance(block, EmbeddedResource):
+        resource = block.resource
+        if isinstance(resource, TextResourceContents):
+            return f"[resource {resource.uri}]\n{resource.text}"
+        return f"[resource {resource.uri}: {resource.mime_type or 'binary'}, not shown]"
+    if isinstance(block, ResourceLink):
+        return f"[resource link {block.uri}: {block.name}]"
+    return f"[{getattr(block, 'type', 'unknown')} content, not shown]"
