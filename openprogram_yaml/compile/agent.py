@@ -327,7 +327,7 @@ def compile_agent(
         if compiled is not None:
             methods[name] = compiled
     toolsets = compile_toolsets(col, doc, ctx.toolsets)
-    tools, method_tool_refs = build_tools(engine, col, doc, ctx)
+    built = build_tools(engine, col, doc, ctx)
     if spec.ask_user and "ask_user" in spec.tools:
         col.at(
             doc.source,
@@ -351,8 +351,9 @@ def compile_agent(
         providers=ctx.providers,
         secrets=frozenset(doc.secrets | ctx.secrets),
         files=frozenset({doc.path, *col.files}),
-        tools=tuple(tools),
-        method_tools=PendingMethodTools(method_tool_refs),
+        tools=tuple(built.tools),
+        tool_servers=tuple(built.servers),
+        method_tools=PendingMethodTools(built.method_refs),
         toolsets=toolsets,
         ask_user=spec.ask_user,
     )

@@ -237,6 +237,8 @@ class Agent:
     method_tools: Mapping[str, Method] = field(default_factory=dict)
     toolsets: Mapping[str, ToolsetPreset] = field(default_factory=dict)
     providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
+    #: MCP servers (``tools.mcp.McpServer``): their tools are offered once a run connects.
+    tool_servers: tuple[Any, ...] = ()
     #: The built-in ``ask_user`` tool is offered with the agent's tools (``ask_user: true``).
     ask_user: bool = False
 

@@ -32,6 +32,7 @@ __all__ = [
     "TestFileSpec",
     "ToolCallExpectSpec",
     "ToolDoubleSpec",
+    "McpToolSpec",
     "ToolsetSpec",
 ]
 
@@ -143,7 +144,8 @@ class HttpToolSpec(_Spec):
 
 
 class AgentToolSpec(_Spec):
-    """A tool the model can call: exactly one of `python`, `http`, `command` or `method`."""
+    """A tool the model can call: exactly one of `python`, `http`, `command`, `method` or
+    `mcp` (the tools of an MCP server)."""
 
     description: str | None = None
     """What the tool does, for the model."""
@@ -181,15 +183,80 @@ class AgentToolSpec(_Spec):
     """Ask the person before each call: true (the question names the tool and its
     arguments), or the question, a template of the arguments, e.g. "Delete {{ path }}?".
     Declined, the model is told "declined by the user"; with nobody to ask and no --yes the
+class McpToolSpec(_Spec):
+    """An MCP server whose tools the agent gets, named "<this tool's name>__<the server's
+    tool name>" (e.g. files__read_file). Exactly one of `command` (a program started for the
+    run, talking over stdin/stdout) or `url` (a streamable HTTP endpoint)."""
+
+    command: list[str] | None = None
+    """The server's program and its arguments, e.g. [python, servers/notes.py] (never a
+    shell). It is started on the first run that offers its tools and stopped with the program."""
+
+    cwd: str | None = None
+    """Working directory of a `command` server, relative to this file, inside the project
+    (default: the project root)."""
+
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables of a `command` server, e.g. {TOKEN: "${env:NOTES_TOKEN}"}
+    (kept secret). It gets only these and a few safe ones (PATH, HOME, …), not the runner's."""
+
+    url: str | None = None
+    """The streamable HTTP endpoint of a running server, e.g. "http://127.0.0.1:9000/mcp"."""
+
+    headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers sent to a `url` server, e.g. {Authorization: "Bearer ${env:T}"} (kept
+    secret)."""
+
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    """Seconds the server may take to start, and each call may take (default 30)."""
+
+    confirm: bool | list[str] = False
+    """Ask the person before each call: true for every tool of the server, or the server's
+    tool names or globs that need it, e.g. [delete_note, "write_*"]."""
+
+    @field_validator("command")
+    @classmethod
+    def _program_given(cls, command: list[str] | None) -> list[str] | None:
+        if command is not None and (not command or not command[0]):
+            raise ValueError("'command' needs at least the program name")
+        return command
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None and not re.match(r"^https?://[^/?#\s]+", url):
+            raise ValueError(f"'url' must be an http:// or https:// URL, not {url!r}")
+        return url
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> Self:
+        if (self.command is None) == (self.url is None):
+            found = "both" if self.command is not None else "neither"
+            raise ValueError(
+                f"an mcp server needs exactly one of 'command' or 'url' ({found} given)"
+            )
+        if self.url is not None and (self.env or self.cwd is not None):
+            raise ValueError(
+                "'env' and 'cwd' apply to a 'command' server; a 'url' server takes 'headers'"
+            )
+        if self.command is not None and self.headers:
+            raise ValueError("'headers' apply to a 'url' server; a 'command' server takes 'env'")
+        return self
+
+
     tool is refused, never run."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> Self:
-        kinds = [k for k in ("python", "http", "command", "method") if getattr(self, k) is not None]
+        kinds = [
+            k
+            for k in ("python", "http", "command", "method", "mcp")
+            if getattr(self, k) is not None
+        ]
         if len(kinds) != 1:
             found = ", ".join(kinds) if kinds else "none"
             raise ValueError(
-                "a tool needs exactly one of 'python', 'http', 'command' or 'method' "
+                "a tool needs exactly one of 'python', 'http', 'command', 'method' or 'mcp' "
                 f"(found: {found})"
             )
         if self.command is not None and not self.command:
@@ -202,6 +269,9 @@ class AgentToolSpec(_Spec):
             raise ValueError("'confirm' applies to python, http and command tools")
         return self
 
+
+    mcp: McpToolSpec | None = None
+    """An MCP server: its tools become this agent's, named "<name>__<tool>" (files__read_file)."""
 
 class ToolsetSpec(_Spec):
     """A named preset of tools: names or globs, other presets included, allow and deny."""
@@ -231,6 +301,21 @@ class ChoiceSpec(_Spec):
     value: Any = None
     """The run's result when this option is picked."""
 
+        if self.mcp is not None:
+            misplaced = [
+                k
+                for k in ("description", "parameters", "timeout_s", "max_output_bytes")
+                if getattr(self, k) is not None
+            ]
+            if misplaced or self.confirm is not False:
+                what = ", ".join(
+                    f"'{k}'"
+                    for k in (*misplaced, *(["confirm"] if self.confirm is not False else []))
+                )
+                raise ValueError(
+                    f"{what} cannot be set on an mcp tool: its tools come with their "
+                    "descriptions and parameters; put 'timeout_s' and 'confirm' under 'mcp:'"
+                )
     method: str | None = None
     """Continue with this method of the agent; its inputs come from the pick's arguments
     and, where names match, the current inputs."""
