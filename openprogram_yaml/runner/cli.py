@@ -57,7 +57,10 @@ Other commands:
   openprogram-run runtimes         list registered runtimes, built-in or plugin
   openprogram-run schema [KIND]    print the JSON Schema of agent, project or tests files
 
-Exit status: 0 success, 1 the run failed, 2 usage or config error.
+  openprogram-run --version        print the version
+
+Exit status: 0 success, 1 the run failed, 2 usage or config error
+(`test`: 5 when no test ran).
 """
 
 
@@ -80,20 +83,7 @@ def _run_parser() -> argparse.ArgumentParser:
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("path", metavar="PATH", help="an agent file (or a folder of agents)")
-    p.add_argument("method", metavar="METHOD", nargs="?", help="the method to run")
-    p.add_argument(
-        "-i",
-        "--input",
-        metavar="NAME=VALUE",
-        action="append",
-        default=[],
-        help="an input; VALUE is JSON when it parses and the input is not a string",
-    )
-    p.add_argument("--input-json", metavar="JSON|@FILE", help="all inputs as one JSON object")
-    p.add_argument("--agent", help="which agent, when PATH holds several")
-    p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_method_options(p)
     p.add_argument("--trace", metavar="FILE", type=Path, help="append the session trace (JSONL)")
     p.add_argument(
         "--watch", action="store_true", help="re-run on every change to the agent's files"
@@ -118,6 +108,24 @@ def _run_parser() -> argparse.ArgumentParser:
     )
     _add_otel_options(p)
     return p
+
+
+def _add_method_options(p: argparse.ArgumentParser) -> None:
+    """What names a method and its inputs: shared by a run and ``render``."""
+    p.add_argument("path", metavar="PATH", help="an agent file (or a folder of agents)")
+    p.add_argument("method", metavar="METHOD", nargs="?", help="the method to run")
+    p.add_argument(
+        "-i",
+        "--input",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="an input; VALUE is JSON when it parses and the input is not a string",
+    )
+    p.add_argument("--input-json", metavar="JSON|@FILE", help="all inputs as one JSON object")
+    p.add_argument("--agent", help="which agent, when PATH holds several")
+    p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _add_otel_options(p: argparse.ArgumentParser) -> None:
@@ -175,8 +183,7 @@ def _print_config_error(exc: ConfigError) -> int:
     diags = exc.diagnostics
     for d in diags:
         _emit(sys.stderr, str(d))
-    n = len(diags)
-    _emit(sys.stderr, f"{n} error{'s' if n != 1 else ''} found; nothing was run.")
+    _emit(sys.stderr, f"{_count(len(diags), 'error')} found; nothing was run.")
     return 2
 
 
@@ -713,9 +720,12 @@ def _selector_wrapper(
 def _cmd_render(argv: Sequence[str]) -> int:
     import json
 
-    p = _run_parser()
-    p.prog = "openprogram-run render"
-    p.description = "Print the messages, tools and response format a method would send."
+    p = _Parser(
+        prog="openprogram-run render",
+        description="Print the messages, tools and response format a method would send; "
+        "call no model.",
+    )
+    _add_method_options(p)
     args = p.parse_args(argv)
     import asyncio
 
@@ -784,7 +794,7 @@ def _cmd_lock(argv: Sequence[str]) -> int:
         _emit(sys.stderr, cannot_write(exc.filename, exc))
         return 1
     count = sum(len(a.methods) for a in program.agents.values())
-    _emit(sys.stdout, f"wrote {target} ({count} methods)")
+    _emit(sys.stdout, f"wrote {target} ({_count(count, 'method')})")
     return 0
 
 
@@ -798,6 +808,7 @@ def _cmd_test(argv: Sequence[str]) -> int:
     )
     p.add_argument("path", metavar="PATH", help="an agent file or a project folder")
     p.add_argument("-k", metavar="TEXT", dest="keyword", help="only tests whose name has TEXT")
+    p.add_argument("-v", "--verbose", action="store_true", help="list the tests that pass too")
     p.add_argument("--model", metavar="PROVIDER:MODEL", help="run every test on this model")
     p.add_argument("--live", action="store_true", help="use the models the agents name")
     p.add_argument("--record", metavar="DIR", type=Path, help="live, and record every reply")
@@ -821,10 +832,9 @@ def _cmd_test(argv: Sequence[str]) -> int:
     _startup_done()
     tests = [t for t in program.tests if not args.keyword or args.keyword in t.id]
     if not tests:
-        what = f" matching {args.keyword!r}" if args.keyword else ""
-        _emit(sys.stderr, f"no tests{what} in {args.path}; add 'tests:' to an agent file")
+        _emit(sys.stderr, _no_tests_hint(args.path, args.keyword, [t.id for t in program.tests]))
         _emit(sys.stdout, "0 passed, 0 failed")
-        return 1 if args.keyword else 0
+        return NO_TESTS
     if args.record and args.replay:
         _emit(sys.stderr, "error: --record and --replay do not go together")
         return 2
@@ -847,9 +857,29 @@ def _cmd_test(argv: Sequence[str]) -> int:
             live_tools=args.live_tools,
             stream=_RedactingStream(sys.stdout, secrets),
             progress=sys.stderr if sys.stderr.isatty() else None,
+            verbose=args.verbose,
         )
     )
     return 0 if all(o.passed for o in outcomes) else 1
+
+
+#: ``test``'s exit status when no test ran (pytest's too): neither a pass nor a failure,
+#: and a CI job that runs none should notice.
+NO_TESTS = 5
+
+
+def _no_tests_hint(path: str, keyword: str | None, names: list[str]) -> str:
+    """Why ``test`` ran nothing, and what to do: the filter matched none, or there are none."""
+    if keyword and names:
+        shown = ", ".join(names[:5]) + (", …" if len(names) > 5 else "")
+        return (
+            f"no test name contains {keyword!r} ({_count(len(names), 'test')} in {path}: "
+            f"{shown}); -k keeps the tests whose 'agent: name' contains TEXT"
+        )
+    return (
+        f"no tests in {path}: add 'tests:' to an agent file (a list of {{name, method, inputs, "
+        "expect}), or tests files to openprogram.yaml's 'tests:'"
+    )
 
 
 class _RedactingStream:
@@ -869,30 +899,50 @@ class _RedactingStream:
 
 
 def _cmd_check(argv: Sequence[str]) -> int:
-    p = _Parser(prog="openprogram-run check", description="Validate agent files; run nothing.")
-    p.add_argument("paths", metavar="PATH", nargs="+")
+    p = _Parser(
+        prog="openprogram-run check",
+        description="Validate agent files and report every problem; run nothing.",
+    )
+    p.add_argument(
+        "paths",
+        metavar="PATH",
+        nargs="+",
+        help="an agent file, a project folder (with openprogram.yaml: its agents and tests), "
+        "or any other folder: every agent file under it (a YAML file with 'methods:')",
+    )
     args = p.parse_args(argv)
     from ..compile.project import compile_path
     from ..errors import ConfigError, Diagnostic
+    from .agent_files import agent_files
 
     diagnostics: list[Diagnostic] = []
     agents = methods = 0
     for raw in args.paths:
         try:
-            program = compile_path(Path(raw))
+            targets = agent_files(Path(raw))
         except ConfigError as exc:
             diagnostics.extend(exc.diagnostics)
             continue
-        agents += len(program.agents)
-        methods += sum(len(a.methods) for a in program.agents.values())
+        for target in targets:
+            try:
+                program = compile_path(target)
+            except ConfigError as exc:
+                diagnostics.extend(exc.diagnostics)
+                continue
+            agents += len(program.agents)
+            methods += sum(len(a.methods) for a in program.agents.values())
     if diagnostics:
         for d in diagnostics:
             _emit(sys.stderr, str(d))
-        n = len(diagnostics)
-        _emit(sys.stderr, f"{n} error{'s' if n != 1 else ''} found.")
+        _emit(sys.stderr, f"{_count(len(diagnostics), 'error')} found.")
         return 2
-    _emit(sys.stdout, f"ok: {agents} agent{'s' if agents != 1 else ''}, {methods} methods checked")
+    _emit(sys.stdout, f"ok: {_count(agents, 'agent')}, {_count(methods, 'method')} checked")
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 method``, ``2 methods``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _cmd_schema(argv: Sequence[str]) -> int:
@@ -957,6 +1007,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The console script. Returns the exit status (also used by tests)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        if args in (["--version"], ["-V"]):
+            from .._version import __version__
+
+            _emit(sys.stdout, f"openprogram-run {__version__}")
+            return 0
         if args and args[0] in SUBCOMMANDS:
             command = {
                 "check": _cmd_check,

@@ -206,8 +206,10 @@ async def run_tests(
     live_tools: bool = False,
     stream: Writer = sys.stdout,
     progress: TextIO | None = None,
+    verbose: bool = False,
 ) -> list[TestOutcome]:
-    """Run ``tests`` one after the other, report failures to ``stream``, and return all.
+    """Run ``tests`` one after the other, report failures to ``stream`` (and passes, when
+    ``verbose``), and return all.
 
     ``live_tools`` runs http and command tools for real under the offline ``test`` model in
     every test (a test can ask for it alone with ``live_tools: true``).
@@ -222,10 +224,12 @@ async def run_tests(
             progress.flush()
         outcome = await _run_one(program, stamp, test, model, wrap_selector, live_tools)
         outcomes.append(outcome)
+        if (not outcome.passed or verbose) and progress is not None:
+            progress.write("\r\033[K")
         if not outcome.passed:
-            if progress is not None:
-                progress.write("\r\033[K")
             report_failure(outcome, stream)
+        elif verbose:
+            stream.write(f"PASS {test.id}\n")
     if progress is not None:
         progress.write("\r\033[K")
         progress.flush()
