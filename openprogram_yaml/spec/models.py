@@ -23,6 +23,7 @@ __all__ = [
     "ExpectSpec",
     "HistorySpec",
     "HttpToolSpec",
+    "McpToolSpec",
     "MethodSpec",
     "ProjectSpec",
     "ProviderSpec",
@@ -32,7 +33,6 @@ __all__ = [
     "TestFileSpec",
     "ToolCallExpectSpec",
     "ToolDoubleSpec",
-    "McpToolSpec",
     "ToolsetSpec",
 ]
 
@@ -143,46 +143,6 @@ class HttpToolSpec(_Spec):
     """The request body: a template string, or a JSON value whose strings are templates."""
 
 
-class AgentToolSpec(_Spec):
-    """A tool the model can call: exactly one of `python`, `http`, `command`, `method` or
-    `mcp` (the tools of an MCP server)."""
-
-    description: str | None = None
-    """What the tool does, for the model."""
-
-    parameters: dict[str, Any] | None = None
-    """The tool's arguments as a JSON Schema object. For `python` tools it can be left out:
-    it is read from the function's signature. For `method` tools it is the method's inputs."""
-
-    python: str | None = None
-    """A Python function, "module:function", importable from the project root."""
-
-    http: HttpToolSpec | None = None
-    """An HTTP request, templated over the arguments."""
-
-    command: list[str] | None = None
-    """A program and its arguments (never a shell); each element is a template."""
-
-    method: str | None = None
-    """A method called as a tool: "name" of this agent, or "agent.method" in the repository."""
-
-    cwd: str | None = None
-    """Working directory of a `command` tool, relative to this file, inside the project."""
-
-    timeout_s: Annotated[float, Field(gt=0)] | None = None
-    """Seconds the tool may run (default 30)."""
-
-    max_output_bytes: Annotated[int, Field(ge=1)] | None = None
-    """Output beyond this many bytes is cut (http: 1 MB, command: 64 KB by default)."""
-
-    ok_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = None
-    """Exit codes of a `command` tool that are a normal result (0 always is), e.g. [0, 1]
-    for grep, which exits 1 when nothing matches; any other is a failure."""
-
-    confirm: bool | str = False
-    """Ask the person before each call: true (the question names the tool and its
-    arguments), or the question, a template of the arguments, e.g. "Delete {{ path }}?".
-    Declined, the model is told "declined by the user"; with nobody to ask and no --yes the
 class McpToolSpec(_Spec):
     """An MCP server whose tools the agent gets, named "<this tool's name>__<the server's
     tool name>" (e.g. files__read_file). Exactly one of `command` (a program started for the
@@ -244,6 +204,49 @@ class McpToolSpec(_Spec):
         return self
 
 
+class AgentToolSpec(_Spec):
+    """A tool the model can call: exactly one of `python`, `http`, `command`, `method` or
+    `mcp` (the tools of an MCP server)."""
+
+    description: str | None = None
+    """What the tool does, for the model."""
+
+    parameters: dict[str, Any] | None = None
+    """The tool's arguments as a JSON Schema object. For `python` tools it can be left out:
+    it is read from the function's signature. For `method` tools it is the method's inputs."""
+
+    python: str | None = None
+    """A Python function, "module:function", importable from the project root."""
+
+    http: HttpToolSpec | None = None
+    """An HTTP request, templated over the arguments."""
+
+    command: list[str] | None = None
+    """A program and its arguments (never a shell); each element is a template."""
+
+    method: str | None = None
+    """A method called as a tool: "name" of this agent, or "agent.method" in the repository."""
+
+    mcp: McpToolSpec | None = None
+    """An MCP server: its tools become this agent's, named "<name>__<tool>" (files__read_file)."""
+
+    cwd: str | None = None
+    """Working directory of a `command` tool, relative to this file, inside the project."""
+
+    timeout_s: Annotated[float, Field(gt=0)] | None = None
+    """Seconds the tool may run (default 30)."""
+
+    max_output_bytes: Annotated[int, Field(ge=1)] | None = None
+    """Output beyond this many bytes is cut (http: 1 MB, command: 64 KB by default)."""
+
+    ok_exit_codes: list[Annotated[int, Field(ge=0, le=255)]] | None = None
+    """Exit codes of a `command` tool that are a normal result (0 always is), e.g. [0, 1]
+    for grep, which exits 1 when nothing matches; any other is a failure."""
+
+    confirm: bool | str = False
+    """Ask the person before each call: true (the question names the tool and its
+    arguments), or the question, a template of the arguments, e.g. "Delete {{ path }}?".
+    Declined, the model is told "declined by the user"; with nobody to ask and no --yes the
     tool is refused, never run."""
 
     @model_validator(mode="after")
@@ -259,6 +262,21 @@ class McpToolSpec(_Spec):
                 "a tool needs exactly one of 'python', 'http', 'command', 'method' or 'mcp' "
                 f"(found: {found})"
             )
+        if self.mcp is not None:
+            misplaced = [
+                k
+                for k in ("description", "parameters", "timeout_s", "max_output_bytes")
+                if getattr(self, k) is not None
+            ]
+            if misplaced or self.confirm is not False:
+                what = ", ".join(
+                    f"'{k}'"
+                    for k in (*misplaced, *(["confirm"] if self.confirm is not False else []))
+                )
+                raise ValueError(
+                    f"{what} cannot be set on an mcp tool: its tools come with their "
+                    "descriptions and parameters; put 'timeout_s' and 'confirm' under 'mcp:'"
+                )
         if self.command is not None and not self.command:
             raise ValueError("'command' needs at least the program name")
         if self.cwd is not None and self.command is None:
@@ -269,9 +287,6 @@ class McpToolSpec(_Spec):
             raise ValueError("'confirm' applies to python, http and command tools")
         return self
 
-
-    mcp: McpToolSpec | None = None
-    """An MCP server: its tools become this agent's, named "<name>__<tool>" (files__read_file)."""
 
 class ToolsetSpec(_Spec):
     """A named preset of tools: names or globs, other presets included, allow and deny."""
@@ -301,21 +316,6 @@ class ChoiceSpec(_Spec):
     value: Any = None
     """The run's result when this option is picked."""
 
-        if self.mcp is not None:
-            misplaced = [
-                k
-                for k in ("description", "parameters", "timeout_s", "max_output_bytes")
-                if getattr(self, k) is not None
-            ]
-            if misplaced or self.confirm is not False:
-                what = ", ".join(
-                    f"'{k}'"
-                    for k in (*misplaced, *(["confirm"] if self.confirm is not False else []))
-                )
-                raise ValueError(
-                    f"{what} cannot be set on an mcp tool: its tools come with their "
-                    "descriptions and parameters; put 'timeout_s' and 'confirm' under 'mcp:'"
-                )
     method: str | None = None
     """Continue with this method of the agent; its inputs come from the pick's arguments
     and, where names match, the current inputs."""
