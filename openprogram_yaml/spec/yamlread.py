@@ -149,6 +149,12 @@ _STR = "tag:yaml.org,2002:str"
 _SEQ = "tag:yaml.org,2002:seq"
 _MAP = "tag:yaml.org,2002:map"
 _MERGE = "tag:yaml.org,2002:merge"
+_NULL = "tag:yaml.org,2002:null"
+
+
+def _quoted(text: str) -> str:
+    """``text`` as a double-quoted YAML scalar."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 class _Converter:
@@ -226,7 +232,13 @@ class _Converter:
         out: dict[str, Any] = {}
         keys = self.source.keys
         scalar = self.scalar
+        flow = node.flow_style
+        previous: Any = None
         for key_node, value_node in node.value:
+            if flow and self._comma_split(previous, key_node, value_node):
+                previous = value_node
+                continue
+            previous = value_node
             mark = key_node.start_mark
             if key_node.tag == _MERGE or not isinstance(key_node, scalar):
                 what = (
@@ -247,6 +259,36 @@ class _Converter:
             keys[here] = (mark.line + 1, mark.column + 1)
             out[key] = self.convert(value_node, here)
         return out
+
+    def _comma_split(self, previous: Any, key_node: Any, value_node: Any) -> bool:
+        """Whether a ``{...}`` entry is a key with no ``:`` and no value, which is what
+        unquoted text with a comma in it becomes (``{name: Acme, Inc}``: ``Inc`` is a key);
+        if so it is reported, with the text quoted as it was meant."""
+        if not (
+            value_node.tag == _NULL
+            and value_node.value == ""
+            and isinstance(key_node, self.scalar)
+            and not key_node.style
+        ):
+            return False
+        text = self.source.text
+        after = key_node.end_mark.index
+        while after < len(text) and text[after] in " \t\r\n":
+            after += 1
+        if after < len(text) and text[after] == ":":
+            return False  # ``{a: }``: written with no value on purpose
+        key = str(key_node.value)
+        meant = ""
+        if isinstance(previous, self.scalar) and not previous.style and previous.value:
+            meant = text[previous.start_mark.index : key_node.end_mark.index]
+        message = (
+            f"'{key}' has no value: in a {{...}} mapping a comma ends unquoted text, and what "
+            "follows becomes a key; put text holding a comma in quotes"
+        )
+        if meant and "\n" not in meant:
+            message += f" ({_quoted(meant)})"
+        self.error(_pos(self.source.path, key_node.start_mark), message)
+        return True
 
     def _too_large(self) -> str:
         if self.aliased:

@@ -175,8 +175,27 @@ def test_a_comma_in_unquoted_schema_text_is_caught_at_the_stray_key(write) -> No
     )
     line, col, msg = one(path)
     assert (line, col) == (10, 59)
-    assert msg.startswith("'in one sentence' is not a JSON Schema keyword, and has no value")
-    assert "put text holding a comma in quotes" in msg
+    assert msg.startswith("'in one sentence' has no value: in a {...} mapping a comma ends")
+    assert msg.endswith('put text holding a comma in quotes ("What they want, in one sentence")')
+
+
+def test_a_comma_in_unquoted_text_is_caught_in_any_flow_mapping(write) -> None:
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        model: test
+        vars: {product: Acme, Inc, region: EU, empty: }
+        methods:
+          m:
+            prompt: "{{ product }} in {{ region }}"
+        """,
+    )
+    line, col, msg = one(path)
+    assert (line, col) == (4, 23)
+    assert msg.startswith("'Inc' has no value: in a {...} mapping a comma ends unquoted text")
+    assert msg.endswith('put text holding a comma in quotes ("Acme, Inc")')
 
 
 def test_a_misspelt_schema_keyword_gets_a_hint_and_extensions_pass(write) -> None:
