@@ -69,6 +69,28 @@ def _describe(
                 break
 
 
+def _without_null_defaults(schema: dict[str, Any]) -> None:
+    """Optional fields as their real type: a field whose default is None is written
+    ``anyOf: [{type: string}, {type: null}], default: null`` by pydantic, which editors
+    complete as "string or null". Leaving the field out is how a file says "unset", so the
+    schema says ``type: string`` alone. (A null *inside* a value, such as a test's
+    ``answers: [yes, null]``, is a value of its own and stays.)"""
+    for name, prop in schema.get("properties", {}).items():
+        options = prop.get("anyOf")
+        if "default" not in prop or prop["default"] is not None or not isinstance(options, list):
+            continue
+        rest = [o for o in options if o != {"type": "null"}]
+        if len(rest) == len(options):
+            continue
+        del prop["default"]
+        del prop["anyOf"]
+        if len(rest) == 1:
+            prop.update({k: v for k, v in rest[0].items() if k not in prop})
+        else:
+            prop["anyOf"] = rest
+        schema["properties"][name] = prop
+
+
 def _models_in(model: type[BaseModel]) -> dict[str, type[BaseModel]]:
     """Every spec model reachable from ``model``, by name."""
     found: dict[str, type[BaseModel]] = {}
@@ -93,6 +115,8 @@ def _schema(model: type[BaseModel], title: str) -> dict[str, Any]:
     for name, sub in schema.get("$defs", {}).items():
         if name in models:
             _describe(sub, models[name], docs)
+    for sub in [schema, *schema.get("$defs", {}).values()]:
+        _without_null_defaults(sub)
     schema.pop("title", None)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title, **schema}
 

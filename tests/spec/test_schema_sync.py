@@ -36,3 +36,15 @@ def test_examples_validate_against_the_schema_and_name_it() -> None:
         text = path.read_text(encoding="utf-8")
         assert text.startswith("# yaml-language-server: $schema="), path
         jsonschema.validate(yaml.safe_load(text), schema)
+
+
+@pytest.mark.parametrize("kind", sorted(SCHEMA_FILES))
+def test_optional_fields_are_described_by_their_real_type(kind: str) -> None:
+    """Editors complete an optional field as its type, not as "X or null"."""
+    schema = json_schema(kind)
+    for sub in [schema, *schema["$defs"].values()]:
+        for name, prop in sub.get("properties", {}).items():
+            assert {"type": "null"} not in prop.get("anyOf", []), name
+    model = schema["$defs"]["MethodSpec"] if kind == "agent" else None
+    if model is not None:
+        assert model["properties"]["description"]["type"] == "string"
