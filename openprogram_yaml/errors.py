@@ -12,6 +12,7 @@
     │   │                                     "missing_submission" | "mixed_submission"
     │   └── StructuredOutputGenerationError   "refusal" | "incomplete"
     ├── DecisionError (ValueError)        a `choices` pick that stayed invalid
+    ├── BudgetExceededError               a run's budget: spent, or not countable (no price)
     ├── UserDeclined                      the person declined a question (Runtime.ask …)
     ├── AskTimeout (TimeoutError)         no answer in time, or nobody to ask, and no default
     └── ToolError                         a tool failed (seen by the model as an error result)
@@ -29,6 +30,7 @@ from typing import Any
 
 __all__ = [
     "AskTimeout",
+    "BudgetExceededError",
     "ConfigError",
     "DecisionError",
     "Diagnostic",
@@ -236,6 +238,30 @@ class DecisionError(OpenProgramError, ValueError):
 
 class ToolError(OpenProgramError):
     """A tool could not run or failed. Inside the tool loop the model sees it as a result."""
+
+
+class BudgetExceededError(OpenProgramError):
+    """A run's ``budget`` stopped it before a model call: the cost so far reached
+    ``max_cost_usd`` (``kind`` "spent"), or the model's price is unknown, so the cost
+    cannot be counted (``kind`` "unpriced"). Never a reason to try a fallback model."""
+
+    def __init__(
+        self, message: str, *, kind: str, spent_usd: float | None, max_cost_usd: float
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.spent_usd = spent_usd
+        self.max_cost_usd = max_cost_usd
+
+    def to_dict(self) -> dict[str, Any]:
+        """The structured fields, for JSON output and records."""
+        return {
+            "type": type(self).__name__,
+            "message": str(self),
+            "kind": self.kind,
+            "spent_usd": self.spent_usd,
+            "max_cost_usd": self.max_cost_usd,
+        }
 
 
 class UserDeclined(OpenProgramError):

@@ -53,9 +53,36 @@ _CHOICE_NAME = re.compile(r"[A-Za-z0-9_-]{1,56}")
 def _merge_options(defaults: ExecOptionsSpec, method: MethodSpec) -> ExecOptions:
     values = {}
     for name in _OPTION_FIELDS:
-        own = getattr(method, name)
-        values[name] = own if own is not None else getattr(defaults, name)
+        if name not in _RUN_FIELDS:
+            own = getattr(method, name)
+            values[name] = own if own is not None else getattr(defaults, name)
+    model: str | None = None
+    fallbacks: tuple[str, ...] = ()
+    for layer in (defaults, method):  # the inner layer wins
+        if layer.model is not None:
+            # A layer naming its model names its fallbacks too (none, unless it lists some).
+            model, fallbacks = model_chain(layer.model, layer.fallback_models)
+        elif layer.fallback_models is not None:
+            fallbacks = tuple(layer.fallback_models)
+    values.update(
+        model=model,
+        fallback_models=fallbacks,
+        max_cost_usd=None if method.budget is None else method.budget.max_cost_usd,
+    )
     return ExecOptions(**values)
+
+
+#: Options merged by ``_merge_options`` itself rather than field by field.
+_RUN_FIELDS = frozenset({"model", "fallback_models", "max_cost_usd"})
+
+
+def model_chain(
+    model: str | list[str] | None, fallback_models: list[str] | None
+) -> tuple[str | None, tuple[str, ...]]:
+    """``model: [a, b]`` or ``model: a`` with ``fallback_models: [b]`` → ``("a", ("b",))``."""
+    if isinstance(model, list):
+        return model[0], tuple(model[1:])
+    return model, tuple(fallback_models or ())
 
 
 def _template(
@@ -338,11 +365,14 @@ def compile_agent(
     has_model = _check_model(col, doc)
     if len(methods) != len(spec.methods) or not has_model:
         return None
+    model, fallback_models = model_chain(spec.model, spec.fallback_models)
     return Agent(
         name=spec.name,
         description=spec.description,
         path=doc.path,
-        model=spec.model,
+        model=model,
+        fallback_models=fallback_models,
+        max_cost_usd=None if spec.budget is None else spec.budget.max_cost_usd,
         methods=methods,
         retry=RetryPolicy(
             spec.retry.max_retries, spec.retry.backoff_base_s, spec.retry.max_validation_retries

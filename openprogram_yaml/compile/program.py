@@ -50,6 +50,10 @@ class ExecOptions:
     parallel_tool_calls: bool | None = None
     thinking_level: str | None = None
     max_steps: int | None = None
+    #: Models tried in turn when ``model`` fails for good (``run.fallback``).
+    fallback_models: tuple[str, ...] = ()
+    #: The method's ``budget: {max_cost_usd}`` (None: the agent's, if any).
+    max_cost_usd: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +122,13 @@ def prompt_version(
                 digest.update(path.read_bytes() + b"\0")
             except OSError:
                 digest.update(b"?\0")
-    rest = [response_format, [dataclasses.asdict(c) for c in choices], options, variables]
+    shaping = dataclasses.asdict(options)
+    # A budget never shapes a request; fallbacks do only when there are some (so adding
+    # these fields changed no version).
+    del shaping["max_cost_usd"]
+    if not shaping["fallback_models"]:
+        del shaping["fallback_models"]
+    rest = [response_format, [dataclasses.asdict(c) for c in choices], shaping, variables]
     digest.update(json.dumps(rest, sort_keys=True, default=_plain).encode())
     return digest.hexdigest()[:12]
 
@@ -233,14 +243,18 @@ class Agent:
     files: frozenset[Path]
     #: Tools that run on their own (python, http, command), ready to register.
     tools: tuple[Any, ...] = ()
+    #: MCP servers (``tools.mcp.McpServer``): their tools are offered once a run connects.
+    tool_servers: tuple[Any, ...] = ()
     #: Tools that call a method: tool name -> the method (linked after all agents compile).
     method_tools: Mapping[str, Method] = field(default_factory=dict)
     toolsets: Mapping[str, ToolsetPreset] = field(default_factory=dict)
     providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
-    #: MCP servers (``tools.mcp.McpServer``): their tools are offered once a run connects.
-    tool_servers: tuple[Any, ...] = ()
     #: The built-in ``ask_user`` tool is offered with the agent's tools (``ask_user: true``).
     ask_user: bool = False
+    #: Models tried in turn when ``model`` fails for good (``run.fallback``).
+    fallback_models: tuple[str, ...] = ()
+    #: What one run may spend (``budget: {max_cost_usd}``); None: no limit.
+    max_cost_usd: float | None = None
 
     @reprlib.recursive_repr()
     def __repr__(self) -> str:

@@ -2,7 +2,7 @@
 
 Every event is a JSON object with a ``type``; front ends (server-sent events, the chat
 terminal, the web page) show them as they come. The runtime sends the first six; the run
-sends ``method`` and ``pick``:
+sends ``method``, ``pick`` and ``fallback``:
 
 - ``text`` / ``thinking`` ``{text}``: a piece of the model's answer (streamed when the
   runtime streams, else the whole answer at once);
@@ -12,7 +12,9 @@ sends ``method`` and ``pick``:
 - ``structured_output_retry`` ``{attempt, code, issues}``: the reply did not match the
   response schema and the model is asked to repair it;
 - ``method`` ``{agent, method}``: a method starts (the first, or one a pick continues with);
-- ``pick`` ``{agent, method, choice, fields?}``: the model picked ``choice`` of ``choices``.
+- ``pick`` ``{agent, method, choice, fields?}``: the model picked ``choice`` of ``choices``;
+- ``fallback`` ``{method, model, reason, http_status, attempts, message, next}``: ``model``
+  failed for good and ``next`` gets the same call (``run.fallback``).
 
 Observers must be quick and must not raise; an observer that raises is ignored.
 """
@@ -37,6 +39,7 @@ EVENT_TYPES = (
     "structured_output_retry",
     "method",
     "pick",
+    "fallback",
 )
 
 

@@ -14,6 +14,8 @@ from ..json_types import JSONObject, JSONValue
 from ..runtime.toolgate import ToolGate
 from ..telemetry import active as active_telemetry
 from .agent_runtime import open_runtime
+from .costs import CostMeter
+from .fallback import models_for
 from .method import DEFAULT_MAX_STEPS, RunState, run_method
 from .record import RunRecord, error_dict, run_secrets
 from .version import VersionStamp
@@ -84,14 +86,17 @@ async def execute_run(
             trace = telemetry.watch(trace, record.secrets)
         method = agent.method(method_name or None)
         record.method = method.name
-        record.model = model or method.options.model or agent.model
+        models = models_for(agent, method, model)
+        record.model = models[0] if models else None
         if not record.model:
             raise UsageError(
                 f"no model for agent '{agent.name}': set 'model:' in {agent.path.name} "
                 "or pass a model"
             )
-        state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS)
+        state = RunState(method.options.max_steps or DEFAULT_MAX_STEPS, models=models)
         record.path = state.path
+        record.fallbacks = state.fallbacks
+        meter = CostMeter(method.options.max_cost_usd or agent.max_cost_usd)
         gate = ToolGate(live_tools=live_tools, doubles=tool_doubles or {}, approve_all=approve_all)
         record.tools_not_run = gate.not_run
         record.confirmations = gate.confirmations
@@ -105,6 +110,7 @@ async def execute_run(
             asker=asker,
             on_event=on_event,
         ) as runtime:
+            runtime.meter = meter
             try:
                 if trace is None:
                     record.output = await run_method(
@@ -126,6 +132,7 @@ async def execute_run(
                         node.output = record.output
             finally:
                 record.usage = runtime.total_usage.to_dict()
+                record.cost = meter.to_dict()
     except asyncio.CancelledError:
         record.status = "interrupted"
         record.error = {"type": "Interrupted", "message": "the runner stopped before the run ended"}

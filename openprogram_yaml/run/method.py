@@ -12,6 +12,7 @@ from ..errors import DecisionError, ToolError
 from ..json_types import JSONObject, JSONValue
 from ..runtime.context import current_method
 from .events import emit
+from .fallback import with_fallbacks
 from .history import trim_history
 
 if TYPE_CHECKING:
@@ -32,6 +33,12 @@ class RunState:
 
     max_steps: int = DEFAULT_MAX_STEPS
     path: list[JSONObject] = field(default_factory=list)
+    #: The models the run tries in turn (``run.fallback``); empty: the method's own model.
+    models: tuple[str, ...] = ()
+    #: Each model that failed for good and passed its call on (the record's ``fallbacks``).
+    fallbacks: list[JSONObject] = field(default_factory=list)
+    #: Errors a method's fallback models were already tried for (``with_fallbacks``).
+    settled: list[BaseException] = field(default_factory=list)
 
     def enter(self, agent: str, method: str) -> JSONObject:
         if len(self.path) >= self.max_steps:
@@ -110,20 +117,34 @@ async def _call(
         "max_tokens": opts.max_tokens,
         "thinking_level": opts.thinking_level,
     }
-    # A method's reply is text, a JSON value (response_format) or what its choices give.
-    result: JSONValue = await runtime.async_exec(
-        content,
-        response_format=dict(method.response_format) if method.response_format else None,
-        model=model or opts.model,
-        timeout_s=opts.timeout_s,
-        toolset=method.toolset,
-        tools_allow=method.tools_allow,
-        tools_deny=method.tools_deny,
-        model_options=model_options,
-        history=history,
-        **kwargs,
+
+    async def attempt(model_ref: str | None) -> JSONValue:
+        # A method's reply is text, a JSON value (response_format) or what its choices give.
+        result: JSONValue = await runtime.async_exec(
+            content,
+            response_format=dict(method.response_format) if method.response_format else None,
+            model=model_ref,
+            timeout_s=opts.timeout_s,
+            toolset=method.toolset,
+            tools_allow=method.tools_allow,
+            tools_deny=method.tools_deny,
+            model_options=model_options,
+            history=history,
+            **kwargs,
+        )
+        return result
+
+    chosen = model or opts.model
+    if len(state.models) < 2 or chosen != state.models[0]:
+        return await attempt(chosen)
+    return await with_fallbacks(
+        state.models,
+        attempt,
+        runtime=runtime,
+        where=f"{method.agent}.{method.name}",
+        log=state.fallbacks,
+        settled=state.settled,
     )
-    return result
 
 
 def _choices(

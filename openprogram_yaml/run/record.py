@@ -1,8 +1,9 @@
 """Records of runs: what ran, on which version of the prompts, with what result.
 
 A ``RunRecord`` is the one shape every long-running mode reports (``--watch --json``,
-``serve``, ``--records FILE``): agent, method, model, inputs, output or error, usage, timing,
-status (``ok`` | ``failed`` | ``interrupted``) and the version the run started on (see
+``serve``, ``--records FILE``): agent, method, model, inputs, output or error, usage and
+cost, the models that failed and passed their call on (``fallbacks``), timing, status
+(``ok`` | ``failed`` | ``interrupted``) and the version the run started on (see
 ``run.version``). Secrets are redacted from everything a record writes.
 """
 
@@ -56,6 +57,11 @@ class RunRecord:
     tools_not_run: list[dict[str, str]] = field(default_factory=list)
     #: Every confirmation a tool asked for: ``{"name", "question", "answer", "by"}``.
     confirmations: list[dict[str, str]] = field(default_factory=list)
+    #: What the run's model calls cost (``run.costs``): ``{"usd", "models": [...]}``, ``usd``
+    #: None when a model used has no known price.
+    cost: JSONObject | None = None
+    #: Each model that failed for good and passed its call to the next (``run.fallback``).
+    fallbacks: list[JSONObject] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -76,8 +82,11 @@ class RunRecord:
             out["tools_not_run"] = self.tools_not_run
         if self.confirmations:
             out["confirmations"] = self.confirmations
+        if self.fallbacks:
+            out["fallbacks"] = self.fallbacks
         out.update(
             usage=self.usage,
+            cost=self.cost,
             version=self.version.to_dict(),
             started_at=self.started_at,
             elapsed_s=self.elapsed_s,

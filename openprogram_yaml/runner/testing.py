@@ -18,6 +18,7 @@ from typing import Protocol, TextIO
 
 from ..compile.program import Program
 from ..compile.prompt_tests import MISSING, CompiledTest, value_at
+from ..run.costs import sum_costs, usage_line
 from ..run.execute import execute_run
 from ..run.record import RunRecord
 from ..run.version import VersionStamp
@@ -235,6 +236,9 @@ async def run_tests(
         progress.flush()
     failed = sum(not o.passed for o in outcomes)
     elapsed = time.perf_counter() - started
+    # What the tests' model calls used and cost, before the count (its line stays the last).
+    costs = (o.record.cost for o in outcomes if o.record is not None)
+    stream.write(usage_line(sum_costs(costs)) + "\n")
     stream.write(f"{len(outcomes) - failed} passed, {failed} failed\n")
     if progress is not None:
         progress.write(f"({len(outcomes)} tests in {elapsed:.2f}s)\n")

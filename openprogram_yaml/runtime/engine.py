@@ -249,6 +249,9 @@ class ExecRun:
         while True:
             remaining = self._remaining()
             kwargs = self.kwargs if remaining is None else {**self.kwargs, "timeout_s": remaining}
+            meter = owner.meter
+            if meter is not None:
+                meter.before_call(self.model_ref, self.runtime)  # a budget may stop the run
             self.turns += 1
             call: Awaitable[RuntimeResult] = self.runtime.run_turn(
                 list(self.messages),
@@ -270,6 +273,8 @@ class ExecRun:
             else:
                 if result.usage is not None:
                     self.usage = result.usage if self.usage is None else self.usage + result.usage
+                    if meter is not None:
+                        meter.add(self.model_ref, self.runtime, result.usage)
                 failure = result.failure
                 if failure is None and result.error:
                     failure = classify_error_text(result.error)

@@ -25,6 +25,7 @@ from openprogram_yaml.runtime.asking import DEFAULT_ASK_TIMEOUT_S, Asker, Asking
 from openprogram_yaml.runtime.callable import CallableRuntime, CallFn
 from openprogram_yaml.runtime.content import render_content
 from openprogram_yaml.runtime.engine import ExecRun, StreamEmitter, message_record, turn_kwargs
+from openprogram_yaml.runtime.meter import UsageMeter
 from openprogram_yaml.runtime.request import ExecRequest
 from openprogram_yaml.runtime.retry import (
     RecoveryBudget,
@@ -126,6 +127,8 @@ class Runtime:
         self.last_usage: dict[str, int] | None = None
         #: Usage summed over every exec of this Runtime (nested execs included).
         self.total_usage = Usage()
+        #: Told of every reply's usage and asked before every request (costs, budgets).
+        self.meter: UsageMeter | None = None
         self.trace = trace
         self.clock: Callable[[], float] = clock or time.monotonic
         self.sleep: Callable[[float], Awaitable[object]] = sleep or asyncio.sleep

@@ -25,6 +25,7 @@ from ..redaction import redact
 from .protocol import TurnFailure
 
 __all__ = [
+    "FALLBACK_REASONS",
     "MAX_ERROR_TEXT",
     "PERMANENT_MARKERS",
     "PERMANENT_REASONS",
@@ -35,6 +36,7 @@ __all__ = [
     "failure_from_exception",
     "failure_from_redirect",
     "failure_from_status",
+    "falls_back",
     "is_permanent_text",
     "is_quota_text",
     "is_retryable",
@@ -169,6 +171,29 @@ def is_retryable(failure: TurnFailure) -> bool:
         and failure.reason not in PERMANENT_REASONS
         and not is_permanent_text(failure.message)
     )
+
+
+#: The final failures after which a fallback model gets the same exec: the model or its
+#: provider could not answer (retries exhausted on a rate limit, a 5xx, a dropped
+#: connection or a timeout; an exhausted quota; a rejected key). Not a request the provider
+#: refused for what it holds (``invalid_request``: another model would likely refuse it
+#: too), nor a loop that ran out of iterations, a closed runtime or an unknown exception.
+FALLBACK_REASONS = frozenset(
+    {
+        ErrorReason.TIMEOUT.value,
+        ErrorReason.RATE_LIMIT.value,
+        ErrorReason.SERVER_ERROR.value,
+        ErrorReason.CONNECTION.value,
+        ErrorReason.QUOTA.value,
+        ErrorReason.TRANSPORT_EXHAUSTED.value,
+        ErrorReason.AUTH.value,
+    }
+)
+
+
+def falls_back(error: LLMError) -> bool:
+    """Whether the failed exec behind ``error`` should be given to the next model."""
+    return str(error.reason) in FALLBACK_REASONS
 
 
 # --- what a runtime raised or reported ---------------------------------------------------

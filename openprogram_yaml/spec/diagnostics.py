@@ -143,7 +143,7 @@ def validation_diagnostics(
                 what = "missing 'version: 1' (the format version) at the top of the file"
             order.append((parent, "key" if parent else "value", what))
             continue
-        if str(loc[-1]) == "[key]":
+        if loc and str(loc[-1]) == "[key]":  # loc is () for a whole-document rule
             pos_path = (*path, str(loc[-2])) if len(loc) >= 2 else path
             message = str(err["msg"]).removeprefix("Value error, ")
             order.append((pos_path, "key", message))

@@ -12,11 +12,20 @@ would evaluate every annotation from its text, a third of the cost of creating t
 import re
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "AgentSpec",
     "AgentToolSpec",
+    "BudgetSpec",
     "ChoiceSpec",
     "DefaultsSpec",
     "ExecOptionsSpec",
@@ -55,6 +64,20 @@ def _plain_name(name: str) -> str:
 #: Keys naming methods, tools and toolsets: identifiers, '-' allowed.
 MethodName = Annotated[str, AfterValidator(_plain_name)]
 
+#: A list of model refs: at least one, none empty.
+ModelList = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+
+
+def _one_model_list(
+    fallback_models: "list[str] | None", info: ValidationInfo
+) -> "list[str] | None":
+    """``fallback_models`` beside a ``model`` list is refused (at ``fallback_models``)."""
+    if fallback_models is not None and isinstance(info.data.get("model"), list):
+        raise ValueError(
+            "give the fallback models either in the 'model' list or in 'fallback_models', not both"
+        )
+    return fallback_models
+
 
 class _Spec(BaseModel):
     model_config = ConfigDict(
@@ -66,12 +89,26 @@ class _Spec(BaseModel):
     )
 
 
+class BudgetSpec(_Spec):
+    """What a run may spend on model calls; checked before each call."""
+
+    max_cost_usd: Annotated[float, Field(gt=0)]
+    """Stop calling the model once the run's cost reaches this many US dollars (prices from
+    genai-prices). A model without a known price cannot be counted: calling one under a
+    budget stops the run (the offline `test` model spends nothing)."""
+
+
 class ExecOptionsSpec(_Spec):
     """Options of one model call; set in `defaults` for every method, or on a method."""
 
-    model: str | None = None
+    model: str | ModelList | None = None
     """The model as "provider:model_id" (e.g. "openai:gpt-4o-mini"), or `test` for the built-in
-    offline model. Overrides the agent's `model`."""
+    offline model; or a list, the first model and the fallbacks tried in turn when it fails
+    for good. Overrides the agent's `model` (and its fallbacks)."""
+
+    fallback_models: ModelList | None = None
+    """Models tried in turn when the model fails for good (retries exhausted, quota, 5xx),
+    each with the same call."""
 
     timeout_s: Annotated[float, Field(gt=0)] | None = None
     """Wall-clock budget in seconds for the whole call, retries and repairs included."""
@@ -97,6 +134,8 @@ class ExecOptionsSpec(_Spec):
 
     max_steps: Annotated[int, Field(ge=1)] | None = None
     """How many methods one run may pass through by `choices` (default 10); stops loops."""
+
+    _fallbacks_once = field_validator("fallback_models")(_one_model_list)
 
 
 class DefaultsSpec(ExecOptionsSpec):
@@ -168,7 +207,7 @@ class McpToolSpec(_Spec):
     secret)."""
 
     timeout_s: Annotated[float, Field(gt=0)] | None = None
-    """Seconds the server may take to start, and each call may take (default 30)."""
+    """Seconds each call may take (default 30); starting may take this or 30, the longer."""
 
     confirm: bool | list[str] = False
     """Ask the person before each call: true for every tool of the server, or the server's
@@ -545,6 +584,9 @@ class MethodSpec(ExecOptionsSpec):
     choices: dict[str, ChoiceSpec] | None = None
     """End the turn by picking one of these options: a value, another method, or a schema."""
 
+    budget: BudgetSpec | None = None
+    """What one run of this method may spend on model calls (instead of the agent's budget)."""
+
     history: HistorySpec | None = None
     """In a chat session (`openprogram-run chat`, serve's `?session=`), how much of the
     conversation so far the model is sent. Unset: all of it."""
@@ -585,9 +627,18 @@ class AgentSpec(_Spec):
     description: str | None = None
     """What the agent is for."""
 
-    model: str | None = None
+    model: str | ModelList | None = None
     """The default model: "provider:model_id" or `test` (offline). `${env:OPENPROGRAM_MODEL:-test}`
-    runs offline unless the variable is set."""
+    runs offline unless the variable is set. A list names fallbacks: each is tried in turn
+    when the one before fails for good (retries exhausted, quota, 5xx)."""
+
+    fallback_models: ModelList | None = None
+    """Models tried in turn when `model` fails for good, each with the same call."""
+
+    budget: BudgetSpec | None = None
+    """What one run may spend on model calls, e.g. {max_cost_usd: 0.50}."""
+
+    _fallbacks_once = field_validator("fallback_models")(_one_model_list)
 
     instructions: str | None = None
     """The system prompt, a Jinja2 template (it may read the inputs all methods declare)."""
