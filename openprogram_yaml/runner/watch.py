@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
 from .._file_writes import cannot_write
+from ..compile.paths import display_path
 from ..compile.program import Method
-from ..errors import ConfigError, UsageError
+from ..errors import ConfigError, Diagnostic, UsageError
 from ..json_types import JSONObject
 from ..redaction import redact
 from ..run.record import RecordLog, RunRecord, append_trace
@@ -22,6 +24,28 @@ from ..runtime.trace import SessionTrace
 from .run_errors import describe_error
 
 __all__ = ["watch_and_run"]
+
+
+#: Files editors write beside the one being edited: vim's swap files and its write test
+#: (``4913``), backups (``name~``), Emacs's lock and auto-save files (``.#name``, ``#name#``).
+_EDITOR_SUFFIXES = (".swp", ".swo", ".swx", "~")
+
+
+def is_editor_temp_file(path: Path) -> bool:
+    """Whether ``path`` is an editor's own file, not a change to show."""
+    name = path.name
+    return (
+        name.endswith(_EDITOR_SUFFIXES)
+        or name.startswith(".#")
+        or (name.startswith("#") and name.endswith("#"))
+        or name == "4913"
+    )
+
+
+def _shown(diagnostics: Iterable[Diagnostic]) -> tuple[Diagnostic, ...]:
+    """``diagnostics`` with their paths relative to the working folder, as compile names
+    them (a reload's own problems name the watched path resolved)."""
+    return tuple(replace(d, path=str(display_path(Path(d.path)))) for d in diagnostics)
 
 
 def _line(stream: TextIO, text: str) -> None:
@@ -62,13 +86,17 @@ async def watch_and_run(
     try:
         await asyncio.to_thread(holder.load)
     except ConfigError as exc:
-        say(describe_failure(exc.diagnostics) + " Waiting for a fix…")
+        say(describe_failure(_shown(exc.diagnostics)) + " Waiting for a fix…")
     log = RecordLog(records) if records else None
     service = RunService(holder.snapshot, log, live_tools=live_tools)
     new_version = asyncio.Event()
 
     def on_reload(event: ReloadEvent) -> None:
-        say(describe_reload(event))
+        changed = tuple(p for p in event.changed if not is_editor_temp_file(p))
+        if event.changed and not changed and event.status != "loaded":
+            return  # an editor's own files came and went: nothing to tell
+        shown = replace(event, changed=changed, diagnostics=_shown(event.diagnostics))
+        say(describe_reload(shown))
         if event.status == "loaded":
             new_version.set()
 
@@ -96,6 +124,8 @@ async def watch_and_run(
             if watcher.done():
                 watcher.result()
             if holder.program is not None:
+                files = len(holder.program.files)
+                say(f"watching {files} file{'' if files == 1 else 's'}; Ctrl-C stops")
                 new_version.set()
             while not stop.is_set():
                 changed = asyncio.create_task(new_version.wait())

@@ -1,0 +1,88 @@
+"""What ``--watch`` tells the person: how many files it watches and how to stop, changes
+without the editor's own files, and diagnostics named relative to the working folder."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from reload_helpers import EVENT_TIMEOUT_S, save, write_agent
+
+from openprogram_yaml.runner.watch import is_editor_temp_file
+
+
+@pytest.mark.parametrize(
+    ("name", "temp"),
+    [
+        (".say.j2.swp", True),
+        ("say.j2~", True),
+        (".#say.j2", True),
+        ("#say.j2#", True),
+        ("4913", True),
+        ("say.j2", False),
+        ("agent.yaml", False),
+    ],
+)
+def test_editor_temp_files_are_told_apart(name: str, temp: bool) -> None:
+    assert is_editor_temp_file(Path("prompts") / name) is temp
+
+
+def test_watch_says_what_it_watches_and_names_files_as_the_working_folder_does(
+    tmp_path: Path,
+) -> None:
+    agent = write_agent(tmp_path, "first {{ x }}")
+    prompt = tmp_path / "prompts" / "say.j2"
+
+    async def scenario() -> str:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "openprogram_yaml",
+            str(agent),  # absolute: the diagnostics still name files relative to cwd
+            "say",
+            "-i",
+            "x=hi",
+            "--watch",
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        seen = ""
+
+        async def stderr_until(text: str) -> str:
+            nonlocal seen
+            start = len(seen)
+            while text not in seen[start:]:
+                line = await asyncio.wait_for(proc.stderr.readline(), EVENT_TIMEOUT_S)  # type: ignore[union-attr]
+                assert line, seen
+                seen += line.decode()
+            return seen[start:]
+
+        async def output() -> str:
+            line = await asyncio.wait_for(proc.stdout.readline(), EVENT_TIMEOUT_S)  # type: ignore[union-attr]
+            return line.decode().strip()
+
+        try:
+            assert "watching 2 files; Ctrl-C stops" in await stderr_until("Ctrl-C stops")
+            assert await output() == "test reply to: first hi"
+            save(prompt, "broken {{ nope }}")
+            report = await stderr_until("still serving version")
+            assert "\nprompts/say.j2:1:" in report, report
+            (tmp_path / "prompts" / "4913").write_text("")  # vim's write test, while broken
+            (tmp_path / "prompts" / "4913").unlink()
+            save(prompt, "fixed {{ x }}")
+            assert await output() == "test reply to: fixed hi"
+        finally:
+            proc.send_signal(signal.SIGINT)
+            await asyncio.wait_for(proc.wait(), EVENT_TIMEOUT_S)
+        return seen + (await proc.stderr.read()).decode()
+
+    err = asyncio.run(scenario())
+    assert "4913" not in err and ".tmp~" not in err, err
+    assert str(tmp_path) not in err, err
