@@ -4,9 +4,9 @@ A price is looked up only where it is known for sure, never guessed:
 - a model ref ``provider:model_id`` served from a provider's own address is priced by the
   provider the address names (a runtime with a ``base_url``: genai-prices matches it
   against each provider's API address), else by the provider its prefix names;
-- an offline runtime (the ``test`` model), a bare model name, a local or unknown server
-  (``local:llama3`` at 127.0.0.1) or a model genai-prices does not list has no price: its
-  tokens are counted and its cost is "unknown".
+- an offline runtime (the ``test`` model), replayed turns, a bare model name, a local or
+  unknown server (``local:llama3`` at 127.0.0.1) or a model genai-prices does not list has
+  no price: its tokens are counted and its cost is "unknown".
 
 Prices come from the data genai-prices ships (its bundled snapshot); nothing is fetched
 at run time (its ``UpdatePrices`` is never started). The library is loaded on the first
@@ -15,7 +15,8 @@ model that may have a price (about half a second), so offline runs never load it
 A ``budget`` (``max_cost_usd``) is checked before each model call against the cost so far:
 once it is reached the run stops with ``BudgetExceededError`` (kind "spent"). A model with no
 known price cannot be counted against a budget, so calling one under a budget stops the
-run before the call (kind "unpriced"), except an offline runtime, which spends nothing.
+run before the call (kind "unpriced"), except the offline ``test`` model and replayed turns,
+which spend nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "cost_text",
     "price_key",
     "price_usd",
+    "spends_nothing",
     "sum_costs",
     "usage_line",
 ]
@@ -55,7 +57,8 @@ class PriceKey:
 
 def price_key(model_ref: str, runtime: AgentRuntimeProtocol | None = None) -> PriceKey | None:
     """How ``model_ref`` served by ``runtime`` is priced; None when it has no price."""
-    if runtime is not None and getattr(runtime, "offline", False):
+    runtime = _behind_wrappers(runtime)
+    if runtime is not None and spends_nothing(runtime):
         return None
     provider, model_id = split_model_ref(model_ref)
     if provider is None or not model_id:
@@ -65,6 +68,21 @@ def price_key(model_ref: str, runtime: AgentRuntimeProtocol | None = None) -> Pr
     if isinstance(base_url, str) and base_url:
         return PriceKey(model_id, api_url=base_url)
     return PriceKey(model_id, provider_id=provider)
+
+
+def _behind_wrappers(runtime: AgentRuntimeProtocol | None) -> AgentRuntimeProtocol | None:
+    while runtime is not None and hasattr(runtime, "inner"):
+        runtime = runtime.inner  # a recording wrapper: the runtime behind it decides
+    return runtime
+
+
+def spends_nothing(runtime: AgentRuntimeProtocol) -> bool:
+    """Whether turns of ``runtime`` cost nothing: the offline ``test`` model, or turns
+    replayed from recordings."""
+    served = _behind_wrappers(runtime)
+    return bool(getattr(served, "offline", False)) or (
+        getattr(served, "runtime_id", None) == "replay"
+    )
 
 
 def price_usd(key: PriceKey, usage: Usage) -> Decimal | None:
@@ -97,7 +115,7 @@ class _Spend:
     key: PriceKey | None = None
     #: The cost of ``usage``; None when no price is known.
     usd: Decimal | None = None
-    #: Served offline (the ``test`` model): it spends nothing, but has no price to show.
+    #: Served offline or replayed (``spends_nothing``): no cost, but no price to show.
     offline: bool = False
 
 
@@ -117,7 +135,7 @@ class CostMeter:
         spend = self._spends.get(model_ref)
         if spend is None:
             key = price_key(model_ref, runtime)
-            offline = runtime is not None and bool(getattr(runtime, "offline", False))
+            offline = runtime is not None and spends_nothing(runtime)
             spend = self._spends[model_ref] = _Spend(key=key, offline=offline)
         return spend
 

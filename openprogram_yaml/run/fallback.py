@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..compile.program import Agent, Method
     from ..runtime import Runtime
 
-__all__ = ["models_for", "with_fallbacks"]
+__all__ = ["fallback_lines", "models_for", "with_fallbacks"]
 
 T = TypeVar("T")
 
@@ -92,3 +92,20 @@ async def with_fallbacks(
                     fallbacks.append(entry)
             emit(runtime.on_stream, {"type": "fallback", **entry})
     raise AssertionError("with_fallbacks needs at least one model")
+
+
+def fallback_lines(fallbacks: Sequence[JSONObject]) -> str:
+    """The record's ``fallbacks`` for a person: one line each (the command line's stderr)."""
+    lines = []
+    for entry in fallbacks:
+        why = [str(entry.get("reason"))]
+        if entry.get("http_status") is not None:
+            why.append(f"HTTP {entry['http_status']}")
+        attempts = entry.get("attempts")
+        if isinstance(attempts, int) and attempts > 1:
+            why.append(f"{attempts} attempts")
+        lines.append(
+            f"fallback: {entry.get('model')} failed ({', '.join(why)}) in {entry.get('method')}; "
+            f"trying {entry.get('next')}"
+        )
+    return "\n".join(lines)

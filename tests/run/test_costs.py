@@ -202,3 +202,27 @@ def test_the_record_of_a_served_model_keeps_cost_per_model(tmp_path: Path) -> No
     assert by_model["openai:gpt-4o"] == pytest.approx(TURN_USD)
     assert by_model["anthropic:claude-sonnet-4-5"] == pytest.approx(0.0105)
     assert cost["usd"] == pytest.approx(TURN_USD + 0.0105)
+
+
+def test_replayed_and_recorded_turns_are_priced_by_the_runtime_behind_them(
+    tmp_path: Path,
+) -> None:
+    from openprogram_yaml.providers.openai import OpenAIRuntime
+    from openprogram_yaml.recording.replay import ReplayRuntime
+    from openprogram_yaml.run.costs import price_key, spends_nothing
+    from openprogram_yaml.runtimes.wrapping import WrappedRuntime
+
+    replay = ReplayRuntime(tmp_path)
+    assert spends_nothing(replay) and price_key("openai:gpt-4o", replay) is None
+    local = OpenAIRuntime(base_url="http://127.0.0.1:9/v1")
+    real = OpenAIRuntime(base_url="https://api.openai.com/v1", api_key="sk-test")
+    recorder_of = WrappedRuntime  # what --record puts in front of a runtime
+    key = price_key("openai:gpt-4o", recorder_of(local))
+    assert key is not None and key.api_url == "http://127.0.0.1:9/v1"
+    meter = CostMeter(max_cost_usd=1.0)
+    meter.add("openai:gpt-4o", recorder_of(local), TURN)
+    meter.add("openai:gpt-4o-mini", recorder_of(real), TURN)
+    by_model = {m["model"]: m["usd"] for m in meter.to_dict()["models"]}  # type: ignore[index,union-attr]
+    assert by_model["openai:gpt-4o"] is None  # served at 127.0.0.1: no price
+    assert by_model["openai:gpt-4o-mini"] is not None
+    assert meter.spent_usd() is None

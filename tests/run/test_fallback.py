@@ -186,3 +186,20 @@ def test_bad_fallback_config_is_a_positioned_error(write, capsys, fields, where,
     assert code == 2
     assert f"agent.yaml:{where}: error: " in err and message in err, err
     assert "Traceback" not in err
+
+
+def test_a_plain_run_says_which_model_failed_on_stderr(write, capsys) -> None:
+    with LoopbackServer() as server:
+        serve(server, {"primary": failing(503), "backup": ok("hi")})
+        path = write(
+            "agent.yaml",
+            AGENT % {"model": "[local:primary, local:backup]", "url": server.url, "method": ""},
+        )
+        code = main([str(path)])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert out == "hi\n"
+    assert (
+        "fallback: local:primary failed (server_error, HTTP 503, 2 attempts) in "
+        "helper.answer; trying local:backup"
+    ) in err
