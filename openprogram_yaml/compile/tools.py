@@ -223,7 +223,7 @@ def _build_server(
             return None
         cwd = target
     try:
-        return McpServer(
+        server = McpServer(
             name,
             command=mcp.command,
             cwd=cwd,
@@ -233,6 +233,9 @@ def _build_server(
             timeout_s=mcp.timeout_s,
             confirm=mcp.confirm,
         )
+        pos = doc.source.at(loc)
+        server.position = (pos.path, pos.line, pos.col)
+        return server
     except ToolBuildError as exc:
         field = exc.field if exc.field in McpToolSpec.model_fields else None
         _error(col, doc, (*loc, field) if field else loc, str(exc))
@@ -262,7 +265,7 @@ def _expected_server_tools(doc: AgentDocument, servers: dict[str, McpServer]) ->
         server = servers.get(entry.partition(SEPARATOR)[0])
         if server is not None and SEPARATOR in entry and not any(c in entry for c in "*?["):
             pos = doc.source.at(loc)
-            server.expected.append((entry, f"{pos.path}:{pos.line}:{pos.col}"))
+            server.expected.append((entry, (pos.path, pos.line, pos.col)))
 
 
 def _add_confirm(

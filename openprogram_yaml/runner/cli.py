@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from typing import NoReturn, TextIO
 
     from ..compile.program import Agent, Method, Program
-    from ..errors import ConfigError
+    from ..errors import ConfigError, Diagnostic
     from ..json_types import JSONValue
     from ..run.record import RunRecord
     from ..runtime.retry import RetryInfo
@@ -914,9 +914,15 @@ def _cmd_check(argv: Sequence[str]) -> int:
         help="an agent file, a project folder (with openprogram.yaml: its agents and tests), "
         "or any other folder: every agent file under it (a YAML file with 'methods:')",
     )
+    p.add_argument(
+        "--connect",
+        action="store_true",
+        help="also start each MCP server (then stop it) and check that it offers every tool "
+        "the toolsets and allow/deny lists name",
+    )
     args = p.parse_args(argv)
     from ..compile.project import compile_path
-    from ..errors import ConfigError, Diagnostic
+    from ..errors import ConfigError
     from .agent_files import agent_files
 
     diagnostics: list[Diagnostic] = []
@@ -935,6 +941,8 @@ def _cmd_check(argv: Sequence[str]) -> int:
                 continue
             agents += len(program.agents)
             methods += sum(len(a.methods) for a in program.agents.values())
+            if args.connect:
+                diagnostics.extend(_connect_servers(program))
     if diagnostics:
         for d in diagnostics:
             _emit(sys.stderr, str(d))
@@ -942,6 +950,21 @@ def _cmd_check(argv: Sequence[str]) -> int:
         return 2
     _emit(sys.stdout, f"ok: {_count(agents, 'agent')}, {_count(methods, 'method')} checked")
     return 0
+
+
+def _connect_servers(program: Program) -> list[Diagnostic]:
+    """``check --connect``: what starting the program's MCP servers finds wrong."""
+    import asyncio
+
+    from ..tools.mcp import check_servers
+
+    async def check() -> list[Diagnostic]:
+        found: list[Diagnostic] = []
+        for agent in program.agents.values():
+            found.extend(await check_servers(agent.tool_servers, agent.secrets))
+        return found
+
+    return asyncio.run(check())
 
 
 def _count(n: int, noun: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import os
 import re
 import shutil
@@ -36,8 +37,9 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, cast
 
-from openprogram_yaml.errors import ToolError
+from openprogram_yaml.errors import Diagnostic, ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
+from openprogram_yaml.redaction import redact
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
 
 if TYPE_CHECKING:
@@ -47,7 +49,14 @@ if TYPE_CHECKING:
     from mcp.types import CallToolResult, ContentBlock
     from mcp.types import Tool as RemoteTool
 
-__all__ = ["DEFAULT_TIMEOUT_S", "SEPARATOR", "McpServer", "McpTool", "is_server_tool"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "SEPARATOR",
+    "McpServer",
+    "McpTool",
+    "check_servers",
+    "is_server_tool",
+]
 
 #: Between the entry's name and the server's tool name: ``files__read_file``.
 SEPARATOR = "__"
@@ -69,6 +78,41 @@ def is_server_tool(name: str, servers: Sequence[str]) -> bool:
 
 def _tool_name(server: str, remote: str) -> str:
     return (server + SEPARATOR + _NOT_IN_NAMES.sub("_", remote))[:MAX_NAME]
+
+
+async def check_servers(
+    servers: Sequence[McpServer], secrets: frozenset[str] = frozenset()
+) -> list[Diagnostic]:
+    """Start each server, check that it offers every tool the agent names for it, and stop
+    it: a problem for each one that cannot start or lacks a named tool (``secrets`` are
+    kept out of the messages)."""
+    problems: list[Diagnostic] = []
+    for server in servers:
+        try:
+            names = sorted(tool.name for tool in await server.tools())
+        except ToolError as exc:
+            problems.append(Diagnostic(*server.position, redact(str(exc), secrets)))
+            continue
+        finally:
+            await server.aclose()
+        for name, (path, line, col) in server.expected:
+            if name in names:
+                continue
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            problems.append(
+                Diagnostic(
+                    path,
+                    line,
+                    col,
+                    redact(
+                        f"'{name}' is not a tool of {server.describe()}{hint} "
+                        f"(its tools: {', '.join(names) or 'none'})",
+                        secrets,
+                    ),
+                )
+            )
+    return problems
 
 
 class McpTool(ConfiguredTool):
@@ -125,6 +169,7 @@ class McpServer:
         url: str | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float | None = None,
+        start_timeout_s: float | None = None,
         confirm: bool | Sequence[str] = False,
     ) -> None:
         if (command is None) == (url is None):
@@ -137,13 +182,16 @@ class McpServer:
         self.timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         if self.timeout_s <= 0:
             raise ToolBuildError(f"tool {name!r}: timeout_s must be > 0", field="timeout_s")
+        #: Starting (a program's first run may install or compile things) may take longer
+        #: than a call: at least the default.
+        self.start_timeout_s = start_timeout_s or max(self.timeout_s, DEFAULT_TIMEOUT_S)
         self.confirm = confirm if isinstance(confirm, bool) else tuple(confirm)
         self.command: tuple[str, ...] = ()
         if command is not None:
             found = self._find(command[0]) if command else None
             if found is None:
-                where = f"relative to {cwd}" if cwd is not None else "on PATH"
                 program = command[0] if command else ""
+                where = f"relative to {cwd}" if os.sep in program else "on PATH"
                 raise ToolBuildError(
                     f"tool {name!r}: program {program!r} was not found {where}", field="command"
                 )
@@ -151,9 +199,11 @@ class McpServer:
             self._shown = " ".join(command)
         else:
             self._shown = str(url)
-        #: Tool names the agent's toolsets and allow/deny lists name, with where (a
-        #: ``path:line:col``): ``check --connect`` verifies the server offers them.
-        self.expected: list[tuple[str, str]] = []
+        #: Where the entry is (path, line, col), for ``check --connect``'s errors.
+        self.position: tuple[str, int, int] = ("", 0, 0)
+        #: Tool names the agent's toolsets and allow/deny lists give, with where they are:
+        #: ``check --connect`` verifies the server offers them.
+        self.expected: list[tuple[str, tuple[str, int, int]]] = []
         self._connection: _Connection | None = None
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
 
@@ -226,14 +276,14 @@ class McpServer:
             self._own(connection, ready), name=f"mcp server {self.name}"
         )
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(self.start_timeout_s):
                 await asyncio.shield(ready)
         except asyncio.CancelledError:
             await _retire(connection)
             raise
         except Exception as exc:
             reason = (
-                f"it did not start within {self.timeout_s:g}s"
+                f"it did not start within {self.start_timeout_s:g}s"
                 if isinstance(exc, TimeoutError)
                 else _reason(exc)
             )

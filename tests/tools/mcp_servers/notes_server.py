@@ -88,8 +88,28 @@ def secret() -> str:
     return os.environ.get("NOTES_TOKEN", "(unset)")
 
 
+def _serve_http(port: int) -> None:
+    """Streamable HTTP on 127.0.0.1:``port``; with NOTES_TOKEN set, every request must carry
+    ``Authorization: Bearer <NOTES_TOKEN>`` (401 otherwise)."""
+    import uvicorn
+
+    app = server.streamable_http_app()
+    token = os.environ.get("NOTES_TOKEN")
+
+    async def guarded(scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] == "http" and token is not None:
+            headers = dict(scope["headers"])
+            if headers.get(b"authorization") != f"Bearer {token}".encode():
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b"no entry"})
+                return
+        await app(scope, receive, send)
+
+    uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="info")
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        _serve_http(int(sys.argv[2]))
     else:
         server.run()

@@ -1,0 +1,374 @@
+"""The ``mcp`` tool kind against real MCP servers (tests/tools/mcp_servers/notes_server.py,
+written with the SDK's ``MCPServer``), started by the tests in subprocesses: over stdio, and
+over streamable HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.errors import ConfigError, ToolError
+from openprogram_yaml.run.execute import execute_run
+from openprogram_yaml.run.record import RunRecord
+from openprogram_yaml.run.version import VersionStamp
+from openprogram_yaml.tools.mcp import McpServer, McpTool
+
+SERVERS = Path(__file__).parent / "mcp_servers"
+NOTES = SERVERS / "notes_server.py"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _stdio_server(**options: object) -> McpServer:
+    return McpServer("notes", command=[sys.executable, str(NOTES)], cwd=SERVERS, **options)  # type: ignore[arg-type]
+
+
+def _by_name(tools: tuple[McpTool, ...]) -> dict[str, McpTool]:
+    return {tool.name: tool for tool in tools}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); its state in /proc says it is gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+# --- the tool kind itself -----------------------------------------------------------------
+
+
+def test_stdio_server_tools_are_discovered_and_called() -> None:
+    async def go() -> dict[str, object]:
+        server = _stdio_server()
+        try:
+            tools = _by_name(await server.tools())
+            assert await server.tools() == tuple(tools.values())  # connected once
+            return {
+                "names": sorted(tools),
+                "schema": tools["notes__add"].spec.parameters["required"],
+                "read": await tools["notes__read_note"].execute(name="todo"),
+                "add": await tools["notes__add"].execute(a=2, b=3),
+                "picture": await tools["notes__picture"].execute(),
+                "attachment": await tools["notes__attachment"].execute(),
+            }
+        finally:
+            await server.aclose()
+
+    seen = asyncio.run(go())
+    assert "notes__read_note" in seen["names"] and "notes__delete_note" in seen["names"]
+    assert seen["schema"] == ["a", "b"]
+    assert seen["read"] == "buy milk"
+    assert '"sum": 5' in str(seen["add"])
+    assert str(seen["picture"]).startswith("[image: image/png")
+    assert seen["attachment"] == "[resource notes://todo]\nbuy milk"
+
+
+def test_an_is_error_result_is_a_tool_failure_and_bad_arguments_never_reach_the_server() -> None:
+    async def go() -> tuple[str, str]:
+        server = _stdio_server()
+        try:
+            tools = _by_name(await server.tools())
+            with pytest.raises(ToolError) as failed:
+                await tools["notes__broken"].execute(reason="disk full")
+            with pytest.raises(ToolError) as invalid:
+                await tools["notes__add"].execute(a="two", b=3)
+            return str(failed.value), str(invalid.value)
+        finally:
+            await server.aclose()
+
+    failed, invalid = asyncio.run(go())
+    assert "Error executing tool broken" in failed
+    assert "invalid arguments for tool 'notes__add'" in invalid
+
+
+def test_a_server_dying_mid_call_fails_that_call_naming_the_server_and_the_tool() -> None:
+    async def go() -> tuple[str, str, object]:
+        server = _stdio_server()
+        try:
+            tools = _by_name(await server.tools())
+            with pytest.raises(ToolError) as crashed:
+                await tools["notes__crash"].execute()
+            with pytest.raises(ToolError) as after:
+                await tools["notes__read_note"].execute(name="todo")
+            # The next run starts it again.
+            again = _by_name(await server.tools())
+            return (
+                str(crashed.value),
+                str(after.value),
+                await again["notes__read_note"].execute(name="todo"),
+            )
+        finally:
+            await server.aclose()
+
+    crashed, after, again = asyncio.run(go())
+    assert "MCP server 'notes'" in crashed and "'notes__crash'" in crashed
+    assert "stopped" in crashed
+    assert "is not running" in after
+    assert again == "buy milk"
+
+
+def test_a_slow_call_hits_its_timeout_and_the_server_keeps_answering() -> None:
+    async def go() -> tuple[str, object]:
+        server = _stdio_server(timeout_s=0.5)  # the server waits on an event that never comes
+        try:
+            tools = _by_name(await server.tools())
+            with pytest.raises(ToolError) as slow:
+                await tools["notes__wait_forever"].execute()
+            return str(slow.value), await tools["notes__read_note"].execute(name="todo")
+        finally:
+            await server.aclose()
+
+    slow, after = asyncio.run(go())
+    assert "did not answer tool 'notes__wait_forever' within 0.5s" in slow
+    assert after == "buy milk"
+
+
+def test_closing_stops_the_server_process() -> None:
+    async def go() -> int:
+        server = _stdio_server()
+        try:
+            tools = _by_name(await server.tools())
+            return int(str(await tools["notes__whoami"].execute()))
+        finally:
+            await server.aclose()
+
+    pid = asyncio.run(go())
+    assert not _alive(pid)
+
+
+def test_a_server_that_cannot_start_says_so_with_its_stderr(tmp_path: Path) -> None:
+    script = tmp_path / "bad.py"
+    script.write_text(
+        "import sys\nprint('cannot open the database', file=sys.stderr)\nsys.exit(2)\n"
+    )
+    server = McpServer("db", command=[sys.executable, str(script)], cwd=tmp_path, timeout_s=20)
+    with pytest.raises(ToolError) as failed:
+        asyncio.run(server.tools())
+    message = str(failed.value)
+    assert message.startswith("MCP server 'db'") and "failed to start" in message
+    assert "cannot open the database" in message
+
+
+def test_env_values_reach_the_server_and_only_safe_variables_besides() -> None:
+    os.environ["OPENPROGRAM_TEST_LEAK"] = "must-not-pass"
+
+    async def go() -> object:
+        server = _stdio_server(env={"NOTES_TOKEN": "s3cret-token"})
+        try:
+            tools = _by_name(await server.tools())
+            return await tools["notes__secret"].execute()
+        finally:
+            await server.aclose()
+
+    try:
+        assert asyncio.run(go()) == "s3cret-token"
+    finally:
+        del os.environ["OPENPROGRAM_TEST_LEAK"]
+
+
+# --- streamable HTTP ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    """The notes server over streamable HTTP on 127.0.0.1, requiring a bearer token."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, str(NOTES), "--http", str(port)],
+        env={**os.environ, "NOTES_TOKEN": "http-s3cret"},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    for line in process.stderr:  # uvicorn says when it listens
+        if "Uvicorn running on" in line:
+            break
+    else:
+        pytest.fail("the HTTP MCP server did not start")
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+
+
+def test_http_server_with_headers(http_server: str) -> None:
+    async def go(token: str) -> object:
+        server = McpServer(
+            "tickets", url=http_server, headers={"Authorization": f"Bearer {token}"}, timeout_s=20
+        )
+        try:
+            tools = _by_name(await server.tools())
+            return await tools["tickets__add"].execute(a=40, b=2)
+        finally:
+            await server.aclose()
+
+    assert '"sum": 42' in str(asyncio.run(go("http-s3cret")))
+    with pytest.raises(ToolError) as refused:
+        asyncio.run(go("wrong-s3cret"))
+    message = str(refused.value)
+    assert "MCP server 'tickets'" in message and "failed to start" in message
+    assert "s3cret" not in message
+
+
+# --- as part of an agent ----------------------------------------------------------------------
+
+
+def _agent(tmp_path: Path, extra: str = "", server_options: str = "") -> Path:
+    server = tmp_path / "servers"
+    server.mkdir(exist_ok=True)
+    (server / "notes_server.py").write_text(NOTES.read_text())
+    path = tmp_path / "notes.yaml"
+    path.write_text(
+        textwrap.dedent(
+            f"""\
+            version: 1
+            name: notes
+            model: test
+            tools:
+              files:
+                mcp:
+                  command: [{sys.executable}, servers/notes_server.py]
+                  env: {{NOTES_TOKEN: "${{env:OPENPROGRAM_NOTES_TOKEN}}"}}
+                  {server_options}
+            toolsets:
+              reading: {{tools: ["files__read_*"], deny: ["*__delete_*"]}}
+            methods:
+              read:
+                prompt: Read the todo note.
+                toolset: reading
+              secret:
+                prompt: Tell me the secret.
+                tools_allow: [files__secret]
+            """
+        )
+        + textwrap.dedent(extra)
+    )
+    return path
+
+
+def _run(path: Path, method: str, **options: object) -> RunRecord:
+    program = compile_path(path, environ={**os.environ, "OPENPROGRAM_NOTES_TOKEN": "tok-s3cret"})
+    return asyncio.run(
+        execute_run(program, VersionStamp(hash="v"), None, method, {}, **options)  # type: ignore[arg-type]
+    )
+
+
+def test_the_offline_model_runs_mcp_tools_only_with_live_tools(tmp_path: Path) -> None:
+    path = _agent(tmp_path)
+    offline = _run(path, "read")
+    assert offline.status == "ok", offline.error
+    assert {"name": "files__read_note", "reason": "offline"} in offline.tools_not_run
+    live = _run(path, "read", live_tools=True)
+    assert live.status == "ok", live.error
+    assert "files__read_note: no note 'test'" in str(live.output)
+    assert not live.tools_not_run
+
+
+def test_toolsets_and_allow_lists_choose_among_the_servers_tools(tmp_path: Path) -> None:
+    record = _run(_agent(tmp_path), "read", live_tools=True)
+    # "files__read_*" offers read_note only; delete_note is denied, the rest not named.
+    assert "files__read_note" in str(record.output)
+    assert "files__delete_note" not in str(record.output)
+    assert "files__whoami" not in str(record.output)
+
+
+def test_secrets_in_env_reach_the_server_but_never_the_record(tmp_path: Path) -> None:
+    record = _run(_agent(tmp_path), "secret", live_tools=True)
+    assert record.status == "ok", record.error
+    assert "files__secret" in str(record.output)
+    assert "tok-s3cret" not in record.to_json()
+
+
+def test_confirm_names_the_tools_that_need_the_persons_approval(tmp_path: Path) -> None:
+    path = _agent(tmp_path, server_options="confirm: [read_*]")
+    refused = _run(path, "read", live_tools=True)
+    assert {"name": "files__read_note", "reason": "unconfirmed"} in refused.tools_not_run
+    approved = _run(path, "read", live_tools=True, approve_all=True)
+    assert approved.confirmations[0]["name"] == "files__read_note"
+    assert "no note 'test'" in str(approved.output)
+
+
+def test_a_server_that_cannot_start_fails_the_run_clearly(tmp_path: Path) -> None:
+    (tmp_path / "servers").mkdir()
+    (tmp_path / "servers" / "notes_server.py").write_text("raise SystemExit(1)\n")
+    path = tmp_path / "notes.yaml"
+    path.write_text(
+        "version: 1\nname: notes\nmodel: test\n"
+        f"tools:\n  files:\n    mcp: {{command: [{sys.executable}, servers/notes_server.py]}}\n"
+        "methods:\n  read: {prompt: Read.}\n"
+    )
+    record = _run(path, "read", live_tools=True)
+    assert record.status == "failed"
+    assert record.error is not None
+    assert "MCP server 'files'" in record.error["message"]
+    assert "failed to start" in record.error["message"]
+
+
+@pytest.mark.parametrize(
+    ("mcp", "message"),
+    [
+        ("{command: python}", "expected a list"),
+        ("{command: [python], url: 'http://127.0.0.1:1/mcp'}", "exactly one of 'command' or 'url'"),
+        ("{url: 'ftp://example.com/mcp'}", "must be an http:// or https:// URL"),
+        ("{command: [python], comand: 1}", "comand"),
+        ("{command: [no-such-program-here]}", "was not found on PATH"),
+        ("{command: [python], env: {K: 3}}", "expected a string"),
+        ("{url: 'http://127.0.0.1:1/mcp', env: {K: v}}", "'env' and 'cwd' apply to a 'command'"),
+    ],
+)
+def test_bad_server_config_is_a_positioned_error(tmp_path: Path, mcp: str, message: str) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        f"version: 1\nname: a\nmodel: test\ntools:\n  files:\n    mcp: {mcp}\n"
+        "methods:\n  m: {prompt: Hi.}\n"
+    )
+    with pytest.raises(ConfigError) as failed:
+        compile_path(path)
+    text = str(failed.value)
+    assert message in text
+    assert f"{path}:6:" in text or f"{path}:5:" in text
+
+
+def test_a_toolset_naming_a_server_tool_compiles_without_starting_the_server(
+    tmp_path: Path,
+) -> None:
+    path = _agent(tmp_path, extra="")
+    program = compile_path(path, environ={**os.environ, "OPENPROGRAM_NOTES_TOKEN": "x"})
+    server = program.agents["notes"].tool_servers[0]
+    assert server._connection is None  # nothing started by compiling
+    assert [name for name, _ in server.expected] == ["files__secret"]
+
+
+def test_check_connect_reports_a_tool_the_server_does_not_offer(tmp_path: Path) -> None:
+    path = _agent(tmp_path, extra="")
+    text = path.read_text().replace("tools_allow: [files__secret]", "tools_allow: [files__secrets]")
+    path.write_text(text)
+    env = {**os.environ, "OPENPROGRAM_NOTES_TOKEN": "tok-s3cret"}
+    cli = [sys.executable, "-m", "openprogram_yaml", "check"]
+    plain = subprocess.run([*cli, str(path)], capture_output=True, text=True, env=env, cwd=REPO)
+    assert plain.returncode == 0, plain.stderr
+    connected = subprocess.run(
+        [*cli, "--connect", str(path)], capture_output=True, text=True, env=env, cwd=REPO
+    )
+    assert connected.returncode == 2, connected.stdout + connected.stderr
+    out = connected.stdout + connected.stderr
+    assert f"{path}:18:19:" in out
+    assert "'files__secrets'" in out and "did you mean 'files__secret'" in out
+    assert "tok-s3cret" not in out
