@@ -21,7 +21,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..access import TOKEN_ENV, token_problem
 from ..errors import ConfigError
@@ -116,7 +116,8 @@ def _started(repo: RepositoryServer, where: str, watch: bool, token: bool = Fals
     program, stamp = repo.holder.snapshot()
     catalog = repo.catalog(program)
     return (
-        f"serving {len(catalog.tools)} methods of {', '.join(sorted(program.agents))} over MCP "
+        f"serving {len(catalog.tools)} method{'s' if len(catalog.tools) != 1 else ''} of "
+        f"{', '.join(sorted(program.agents))} over MCP "
         f"{where} (version {stamp.hash}"
         + (f"; watching {len(program.files)} files" if watch else "")
         + ("; token required" if token else "")
@@ -141,8 +142,14 @@ async def _serve_stdio(
 ) -> int:
     from mcp.server.stdio import stdio_server
 
+    from .stdio import protocol_stdin
+
     _say(_started(repo, "on stdio", watch) + "; the client ends it by closing stdin")
-    async with stdio_server() as (read_stream, write_stream):
+    async with (
+        protocol_stdin() as stdin,
+        # The SDK iterates its stdin for lines, which StdinLines gives (cancellably).
+        stdio_server(stdin=cast("Any", stdin)) as (read_stream, write_stream),
+    ):
         session = asyncio.create_task(
             repo.server.run(read_stream, write_stream, repo.initialization_options())
         )
@@ -154,6 +161,8 @@ async def _serve_stdio(
         await _stop_runs(repo, grace_s, force)
         session.cancel()
         await asyncio.gather(session, return_exceptions=True)
+        if stdin is not None:
+            stdin.end()  # the transport's reader waits for the next line until then
     _say("stopped")
     return 0
 
