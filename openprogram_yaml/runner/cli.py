@@ -28,7 +28,18 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-SUBCOMMANDS = ("check", "lock", "mcp", "render", "runtimes", "schema", "serve", "test")
+SUBCOMMANDS = (
+    "chat",
+    "check",
+    "lock",
+    "mcp",
+    "render",
+    "runtimes",
+    "schema",
+    "serve",
+    "sessions",
+    "test",
+)
 
 _DESCRIPTION = """\
 Run a method of a YAML agent:
@@ -48,6 +59,10 @@ Other commands:
                                    serve runs over HTTP (127.0.0.1), reloading on change
   openprogram-run mcp PATH [--http [--port N] [--host H --token T]] [--records FILE]
                                    serve the methods as MCP tools and prompts (stdio)
+  openprogram-run chat PATH [METHOD] [--session NAME]
+                                   talk with a method; the conversation is kept as a session
+  openprogram-run sessions [list|show|export|delete] [NAME]
+                                   the chat sessions of a project
   openprogram-run check PATH...    validate, report every problem, run nothing
   openprogram-run test PATH        run the tests kept with the prompts (offline by default)
   openprogram-run render PATH [METHOD] [-i NAME=VALUE]...
@@ -479,6 +494,19 @@ def _cmd_watch(args: argparse.Namespace) -> int:
             live_tools=args.live_tools,
         )
     )
+
+
+def _cmd_chat(argv: Sequence[str]) -> int:
+    from .chat import chat_command
+
+    _startup_done()
+    return chat_command(argv)
+
+
+def _cmd_sessions(argv: Sequence[str]) -> int:
+    from .chat import sessions_command
+
+    return sessions_command(argv)
 
 
 def _cmd_serve(argv: Sequence[str]) -> int:
@@ -1041,6 +1069,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args and args[0] in SUBCOMMANDS:
             command = {
+                "chat": _cmd_chat,
+                "sessions": _cmd_sessions,
                 "check": _cmd_check,
                 "runtimes": _cmd_runtimes,
                 "schema": _cmd_schema,

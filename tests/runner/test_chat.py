@@ -1,0 +1,291 @@
+"""``openprogram-run chat``: a real child process on a pseudo-terminal (its controlling
+terminal, so that Ctrl-C is a signal as at a shell), talking to the loopback chat server or
+the offline ``test`` model; and ``openprogram-run sessions`` on what the chats kept.
+
+No sleeps: every wait is for output on the terminal, bounded by a limit a healthy run never
+reaches."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from loopback import LoopbackServer, Reply, openai_sse, sse_reply
+
+from openprogram_yaml.runner.cli import main
+
+AGENT = """\
+version: 1
+name: pal
+model: local:llama3
+retry: {max_retries: 1}
+runtimes:
+  - {match: "local:*", runtime: openai, options: {base_url: "%s", api_key_env: PAL_KEY}}
+methods:
+  talk:
+    inputs: {message: {type: string}}
+    prompt: "{{ message }}"
+"""
+
+OFFLINE = """\
+version: 1
+name: pal
+model: test
+methods:
+  talk:
+    inputs: {message: {type: string}}
+    prompt: "%s {{ message }}"
+  brief:
+    inputs: {topic: {type: string}, tone: {type: string}}
+    prompt: "{{ topic }} {{ tone }}"
+"""
+
+#: The prompt as the terminal shows it (prompt_toolkit moves the cursor over the space).
+PROMPT = "\n>"
+SECRET = "sk-pal-0123456789abcdef"
+_ANSI = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\r")
+
+
+def _chunk(text: str) -> dict[str, object]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+
+def _done() -> dict[str, object]:
+    return {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+
+
+def _answer(*pieces: str) -> Reply:
+    return sse_reply(openai_sse([*map(_chunk, pieces), _done()]))
+
+
+class _Gated(list[str]):
+    """SSE events of which the first ``head`` are sent at once, the rest once ``gate`` is
+    set: the answer is still coming while the test acts."""
+
+    def __init__(self, events: list[str], head: int, gate: threading.Event) -> None:
+        super().__init__(events)
+        self.head = head
+        self.gate = gate
+
+    def __iter__(self) -> Iterator[str]:
+        events = list(super().__iter__())
+        yield from events[: self.head]
+        self.gate.wait(60)
+        yield from events[self.head :]
+
+
+class _Terminal:
+    """``openprogram-run chat ARGS`` on a pty that is its controlling terminal."""
+
+    def __init__(self, args: list[str], cwd: Path) -> None:
+        controller, terminal = os.openpty()
+        env = {**os.environ, "PAL_KEY": SECRET, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
+
+        def own_terminal() -> None:  # in the child, after setsid: Ctrl-C becomes SIGINT
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "openprogram_yaml", "chat", *args],
+            stdin=terminal,
+            stdout=terminal,
+            stderr=terminal,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            preexec_fn=own_terminal,
+        )
+        os.close(terminal)
+        self.fd = controller
+        #: Everything shown so far, escape sequences removed.
+        self.shown = b""
+        self._seen = 0
+
+    def wait_for(self, wanted: str, limit_s: float = 60.0) -> str:
+        """What the terminal showed up to and including ``wanted`` (after what earlier
+        waits consumed)."""
+        want = wanted.encode()
+        end = time.monotonic() + limit_s
+        while want not in self.shown[self._seen :]:
+            left = end - time.monotonic()
+            assert left > 0, f"no {wanted!r} on the terminal: {self.shown[self._seen :]!r}"
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:
+                    chunk = b""
+                assert chunk, f"the terminal closed before {wanted!r}: {self.shown!r}"
+                self.shown += _ANSI.sub(b"", chunk)
+        start = self._seen
+        self._seen = self.shown.index(want, self._seen) + len(want)
+        return self.shown[start : self._seen].decode(errors="replace")
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def close(self, limit_s: float = 60.0) -> int:
+        """Ctrl-D at the prompt, and the exit status."""
+        self.type("\x04")
+        try:
+            code = self.proc.wait(limit_s)
+        finally:
+            self.proc.kill()
+            os.close(self.fd)
+        return code
+
+
+@contextlib.contextmanager
+def _chat(args: list[str], cwd: Path) -> Iterator[_Terminal]:
+    term = _Terminal(args, cwd)
+    try:
+        yield term
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+            term.proc.wait()
+
+
+def test_a_conversation_streams_answers_and_a_resume_sends_the_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with LoopbackServer() as server:
+        (tmp_path / "pal.yaml").write_text(AGENT % (server.url + "/v1"))
+        server.add(_answer("Hello, ", "Ada!"), _answer("Fine, ", "thanks."))
+        with _chat(["pal.yaml", "--session", "work"], tmp_path) as term:
+            term.wait_for("session work (new)")
+            term.wait_for(PROMPT)
+            term.type("hi, I am Ada\r")
+            term.wait_for("Hello, Ada!")
+            term.wait_for(PROMPT)
+            term.type("how are you?\r")
+            term.wait_for("Fine, thanks.")
+            term.wait_for(PROMPT)
+            assert term.close() == 0
+        server.add(_answer("You are Ada."))
+        with _chat(["pal.yaml", "--session", "work"], tmp_path) as term:
+            term.wait_for("session work (resumed, 4 messages)")
+            term.wait_for(PROMPT)
+            term.type("who am I?\r")
+            term.wait_for("You are Ada.")
+            term.wait_for(PROMPT)
+            assert term.close() == 0
+        requests = server.requests
+    assert [r.json["stream"] for r in requests] == [True, True, True]
+    sent = [
+        (m["role"], m["content"]) for m in requests[2].json["messages"] if m["role"] != "system"
+    ]
+    assert sent == [
+        ("user", "hi, I am Ada"),
+        ("assistant", "Hello, Ada!"),
+        ("user", "how are you?"),
+        ("assistant", "Fine, thanks."),
+        ("user", "who am I?"),
+    ]
+    assert SECRET.encode() not in term.shown
+
+    # What the chats kept, through `openprogram-run sessions`.
+    assert main(["sessions", "-p", str(tmp_path)]) == 0
+    assert "work  pal.talk  6 messages" in capsys.readouterr().out
+    assert main(["sessions", "show", "work", "-p", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out
+    assert "you:\nwho am I?\n\npal:\nYou are Ada.\n" in shown
+    assert main(["sessions", "export", "work", "-p", str(tmp_path)]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines[0]["session"]["messages"] == 6
+    assert [line["role"] for line in lines[1:]] == ["user", "assistant"] * 3
+    assert main(["sessions", "delete", "work", "-p", str(tmp_path)]) == 0
+    assert main(["sessions", "show", "work", "-p", str(tmp_path)]) == 2
+    assert "no session 'work'" in capsys.readouterr().err
+
+
+def test_ctrl_c_cancels_the_answer_and_the_run_is_recorded_as_interrupted(
+    tmp_path: Path,
+) -> None:
+    gate = threading.Event()
+    events = openai_sse([_chunk("Once upon "), _chunk("a time"), _done()])
+    with LoopbackServer() as server:
+        (tmp_path / "pal.yaml").write_text(AGENT % (server.url + "/v1"))
+        reply = sse_reply([])
+        server.add(Reply(reply.status, b"", reply.headers, events=_Gated(events, 1, gate)))
+        server.add(_answer("Short."))
+        try:
+            with _chat(["pal.yaml", "--session", "s", "--records", "runs.jsonl"], tmp_path) as term:
+                term.wait_for(PROMPT)
+                term.type("tell me a story\r")
+                term.wait_for("Once upon ")
+                term.type("\x03")  # Ctrl-C while the answer comes
+                term.wait_for("(cancelled; the session is as it was)")
+                gate.set()
+                term.wait_for(PROMPT)
+                term.type("a short one then\r")
+                term.wait_for("Short.")
+                term.wait_for(PROMPT)
+                assert term.close() == 0
+        finally:
+            gate.set()
+        second = server.requests[-1].json["messages"]
+    records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in records] == ["interrupted", "ok"]
+    # The cancelled exchange is not part of the conversation.
+    assert [m["content"] for m in second if m["role"] != "system"] == ["a short one then"]
+
+
+def test_the_files_reload_while_chatting_and_commands_answer(tmp_path: Path) -> None:
+    agent = tmp_path / "pal.yaml"
+    agent.write_text(OFFLINE % "v1")
+    with _chat(["pal.yaml", "talk"], tmp_path) as term:
+        term.wait_for("(new)")
+        term.wait_for(PROMPT)
+        term.type("hi\r")
+        term.wait_for("test reply to: v1 hi")
+        term.wait_for(PROMPT)
+        agent.write_text(OFFLINE % "v2")
+        term.wait_for("reloaded (pal.yaml changed)")
+        term.type("hi\r")
+        term.wait_for("test reply to: v2 hi")
+        term.wait_for(PROMPT)
+        term.type("/model\r")
+        term.wait_for("model: test")
+        term.type("/help\r")
+        term.wait_for("/reset")
+        term.type("/save saved.jsonl\r")
+        term.wait_for("to saved.jsonl")
+        term.type("/reset\r")
+        term.wait_for("new session chat-")
+        term.type("/nope\r")
+        term.wait_for("unknown command /nope; /help lists them")
+        term.wait_for(PROMPT)
+        assert term.close() == 0
+    saved = [json.loads(line) for line in (tmp_path / "saved.jsonl").read_text().splitlines()]
+    assert [m["content"] for m in saved[1:]] == [
+        "hi",
+        "test reply to: v1 hi",
+        "hi",
+        "test reply to: v2 hi",
+    ]
+    assert main(["sessions", "-p", str(tmp_path)]) == 0
+
+
+def test_a_method_with_several_inputs_asks_to_fix_the_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "pal.yaml").write_text(OFFLINE % "v1")
+    assert main(["chat", str(tmp_path / "pal.yaml"), "brief"]) == 2
+    err = capsys.readouterr().err
+    assert "takes several inputs (topic, tone): give all but the one the message" in err
+    # With the others fixed the chat would start; here stdin is no terminal.
+    assert main(["chat", str(tmp_path / "pal.yaml"), "brief", "-i", "tone=dry"]) == 2
+    assert "error: chat needs a terminal" in capsys.readouterr().err
+    assert not (tmp_path / ".openprogram" / "sessions.db").exists()
