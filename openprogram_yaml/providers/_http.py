@@ -355,7 +355,11 @@ class HTTPRuntime:
         )
         self._api_key = api_key
         # A local server (Ollama, vLLM …) may need no key; decided once, not on every turn.
-        self._key_required = not is_local_url(self.settings.base_url)
+        # A local server may take no key; a variable the configuration names must be set,
+        # or a typo in its name would be found only as the server's 401.
+        self._key_required = not is_local_url(self.settings.base_url) or bool(
+            options.get("api_key_env")
+        )
         self._transport = options.get("transport")
         self._pool: ClientPool[HTTPClient] = ClientPool(self._new_client)
         self._extra_secrets: set[str] = set()

@@ -136,3 +136,23 @@ def test_no_tests_is_one_exit_status_with_a_hint_that_fits(
     err = capsys.readouterr().err
     assert err.startswith("no test name contains 'zzz' (2 tests in ")
     assert "counter: counts to three, counter: refuses a word" in err
+
+
+def test_an_api_key_env_that_is_named_but_unset_is_an_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopback import LoopbackServer
+
+    monkeypatch.delenv("LOCAL_LLM_KEY", raising=False)
+    with LoopbackServer() as server:
+        path = tmp_path / "agent.yaml"
+        path.write_text(
+            "version: 1\nname: local\nmodel: local:llama3\nruntimes:\n"
+            f'  - {{match: "local:*", runtime: openai, options: {{base_url: "{server.url}/v1", '
+            "api_key_env: LOCAL_LLM_KEY}}\n"
+            "methods:\n  m:\n    prompt: hi\n"
+        )
+        assert main([str(path), "m"]) == 1
+        assert server.requests == []  # refused before any request, and not retried
+    err = capsys.readouterr().err
+    assert "no API key: set LOCAL_LLM_KEY" in err and "after 1 attempt" in err
