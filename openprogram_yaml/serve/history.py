@@ -32,7 +32,17 @@ MAX_FILE_RECORDS = 1000
 MAX_FILE_TAIL = 8 << 20
 
 #: What ``GET /runs`` shows of each record.
-SUMMARY_KEYS = ("id", "agent", "method", "model", "status", "started_at", "elapsed_s", "usage")
+SUMMARY_KEYS = (
+    "id",
+    "agent",
+    "method",
+    "model",
+    "status",
+    "started_at",
+    "elapsed_s",
+    "usage",
+    "cost",
+)
 
 
 @dataclass(frozen=True, slots=True)

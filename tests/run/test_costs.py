@@ -226,3 +226,16 @@ def test_replayed_and_recorded_turns_are_priced_by_the_runtime_behind_them(
     assert by_model["openai:gpt-4o"] is None  # served at 127.0.0.1: no price
     assert by_model["openai:gpt-4o-mini"] is not None
     assert meter.spent_usd() is None
+
+
+def test_the_run_history_of_serve_shows_each_runs_cost(write, capsys) -> None:
+    from openprogram_yaml.run.record import RunRecord
+    from openprogram_yaml.run.version import VersionStamp
+    from openprogram_yaml.serve.history import RunHistory
+
+    record = RunRecord("helper", "answer", {}, VersionStamp("v1"))
+    record.cost = {"usd": None, "models": [{"model": "test", "input_tokens": 3, "usd": None}]}
+    history = RunHistory()
+    history.add(record, None)
+    [summary] = history.summaries()
+    assert summary["cost"] == record.cost

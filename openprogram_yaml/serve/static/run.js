@@ -151,6 +151,13 @@ export async function showRun(box, agent, method, inputs, openTrace) {
   return record;
 }
 
+/** A record's cost in words: "$0.0075", or "cost unknown" (a model without a known price). */
+export function costText(cost) {
+  const usd = cost?.usd;
+  if (typeof usd !== "number") return "cost unknown";
+  return usd < 0.01 ? `$${usd.toFixed(6)}` : `$${usd.toFixed(4)}`;
+}
+
 /** A finished run: its output (or error), usage, timing and a way to its trace. */
 export function recordView(record, openTrace) {
   const usage = record.usage ?? {};
@@ -167,6 +174,7 @@ export function recordView(record, openTrace) {
       fact("model", record.model ?? "—"),
       fact("time", duration(record.elapsed_s)),
       tokens ? fact("usage", tokens) : null,
+      fact("cost", costText(record.cost)),
       record.version?.hash ? fact("version", record.version.hash) : null,
       openTrace && record.id ? el("button", { type: "button", class: "small", onclick: () => openTrace(record.id), text: "Trace" }) : null,
     ),

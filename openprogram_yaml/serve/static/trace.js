@@ -3,7 +3,7 @@
 
 import { api } from "./api.js";
 import { el, fill, pretty, short, duration } from "./dom.js";
-import { recordView } from "./run.js";
+import { costText, recordView } from "./run.js";
 
 /** List the recent runs in ``list``; clicking one opens its trace. */
 export async function showHistory(list, openTrace) {
@@ -30,11 +30,17 @@ export async function showHistory(list, openTrace) {
           { type: "button", class: "run-link", "data-run": r.id, onclick: () => openTrace(r.id) },
           el("span", { class: `dot ${r.status}`, "aria-hidden": "true" }),
           el("span", { class: "run-name", text: `${r.agent}.${r.method}` }),
-          el("span", { class: "muted", text: `${r.status} · ${when(r.started_at)} · ${duration(r.elapsed_s)}${r.error ? ` · ${r.error}` : ""}` }),
+          el("span", { class: "muted", text: `${r.status} · ${when(r.started_at)} · ${duration(r.elapsed_s)} · ${spent(r)}${r.error ? ` · ${r.error}` : ""}` }),
         ),
       ),
     ),
   );
+}
+
+/** A run's tokens and cost, for the history list: "40 tokens, cost unknown". */
+function spent(run) {
+  const usage = run.usage ?? {};
+  return `${(usage.input_tokens ?? 0) + (usage.output_tokens ?? 0)} tokens, ${costText(run.cost)}`;
 }
 
 function when(iso) {
