@@ -194,7 +194,7 @@ def _expectations(
     ]
     named += [(n, (*loc, "tools_not_called", i)) for i, n in enumerate(spec.tools_not_called or ())]
     for name, at in named:
-        if name not in tool_names:
+        if name not in tool_names and not _server_tool(agent, name):
             col.at(
                 source,
                 at,
@@ -233,6 +233,14 @@ def _tool_parameters(agent: Agent) -> dict[str, Mapping[str, Any]]:
     return found
 
 
+def _server_tool(agent: Agent, name: str) -> bool:
+    """Whether ``name`` is a tool of one of the agent's MCP servers (their tools are known
+    only once they run, so the name is taken on trust, its ``when`` unchecked)."""
+    from ..tools.mcp import is_server_tool
+
+    return is_server_tool(name, [server.name for server in agent.tool_servers])
+
+
 def compile_doubles(
     specs: Mapping[str, Sequence[ToolDoubleSpec]],
     agent: Agent,
@@ -246,7 +254,7 @@ def compile_doubles(
     names = sorted(tools)
     out: dict[str, tuple[ToolDouble, ...]] = {}
     for name, doubles in specs.items():
-        if name not in tools:
+        if name not in tools and not _server_tool(agent, name):
             col.at(
                 source,
                 (*loc, name),
@@ -254,7 +262,7 @@ def compile_doubles(
                 key=True,
             )
             continue
-        properties = tools[name].get("properties")
+        properties = tools.get(name, {}).get("properties")
         for i, double in enumerate(doubles):
             if double.when is None or not isinstance(properties, Mapping):
                 continue

@@ -372,3 +372,74 @@ def test_check_connect_reports_a_tool_the_server_does_not_offer(tmp_path: Path) 
     assert f"{path}:18:19:" in out
     assert "'files__secrets'" in out and "did you mean 'files__secret'" in out
     assert "tok-s3cret" not in out
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+EXAMPLE = REPO / "examples" / "mcp_notes.yaml"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "openprogram_yaml", *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=120)
+
+
+def test_the_example_runs_offline_with_live_tools_and_its_tests_pass() -> None:
+    run = _cli(str(EXAMPLE), "summarize", "-i", "name=release", "--live-tools", "--json")
+    assert run.returncode == 0, run.stderr
+    assert "notes__read_note: there is no note called 'test'" in run.stdout
+    assert "notes__list_notes: groceries" in run.stdout
+    tests = _cli("test", str(EXAMPLE))
+    assert tests.returncode == 0, tests.stdout + tests.stderr
+    connect = _cli("check", "--connect", str(EXAMPLE))
+    assert connect.returncode == 0, connect.stderr
+
+
+def test_ctrl_c_during_a_call_leaves_no_server_process(tmp_path: Path) -> None:
+    fifo = tmp_path / "pid"
+    os.mkfifo(fifo)
+    server = tmp_path / "slow.py"
+    server.write_text(
+        textwrap.dedent(
+            f"""\
+            import asyncio, os
+            from mcp.server import MCPServer
+            server = MCPServer("slow")
+
+            @server.tool()
+            async def wait_forever() -> str:
+                \"\"\"Never answers.\"\"\"
+                await asyncio.Event().wait()
+                return ""
+
+            with open({str(fifo)!r}, "w") as out:  # the test reads the pid from the fifo
+                out.write(str(os.getpid()))
+            server.run()
+            """
+        )
+    )
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(
+        "version: 1\nname: a\nmodel: test\n"
+        f"tools:\n  slow:\n    mcp: {{command: [{sys.executable}, slow.py]}}\n"
+        "methods:\n  m: {prompt: Wait.}\n"
+    )
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "openprogram_yaml", str(agent), "m", "--live-tools"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with open(fifo) as pid_file:  # blocks until the server has started
+            pid = int(pid_file.read())
+        assert _alive(pid)
+        cli.send_signal(signal.SIGINT)
+        cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode != 0
+    assert not _alive(pid)
