@@ -21,7 +21,7 @@ from .._file_writes import write_atomically
 from ..errors import ErrorReason
 from ..json_types import JSONObject
 from ..redaction import env_secrets, secrets_in_options
-from ..runtime.context import current_method
+from ..runtime.context import current_method, current_test
 from ..runtimes.protocol import (
     AgentRuntimeProtocol,
     Capabilities,
@@ -164,12 +164,16 @@ class RecordingSelector:
         redactor = Redactor({*self.secrets, *secrets, *env_secrets()})
         request = redactor.data(request)
         key = request_key(request)
+        recorded: JSONObject = {"label": label}
+        test = current_test.get()
+        if test is not None:
+            recorded["test"] = test
         record = {
             "request": request,
             "response": redactor.data(response_record(result)),
             "recorded": redactor.data(
                 {
-                    "label": label,
+                    **recorded,
                     "model_ref": model_ref,
                     "at": self._clock().astimezone(datetime.UTC).isoformat(timespec="seconds"),
                     "runtime": runtime_id,

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import ConfigError, ErrorReason
 from ..redaction import env_secrets, secrets_in_options
-from ..runtime.context import current_method
+from ..runtime.context import current_method, current_test
 from ..runtime.toolgate import RECORDED_TOOL_RESULTS
 from ..runtimes.protocol import Capabilities, Message, RuntimeDelta, RuntimeResult, TurnFailure
 from ..runtimes.wrapping import stream_via_run_turn
@@ -158,6 +158,13 @@ class ReplayRuntime:
         name = label_dir(label)
         shown = repr(label) if label else "an unlabelled turn"
         expected = Path(name) / f"{key}.yaml"
+        test = current_test.get()
+        tests = {r.recorded.get("test") for rs in store.by_label.values() for r in rs.values()}
+        if test is not None and test not in tests and tests - {None}:
+            return (
+                f"replay: test {test!r} was never recorded: no recording in {folder} names it\n"
+                f"  (this request would be {expected}). Record it with --record {folder}."
+            )
         recorded = store.by_label.get(name)
         if not recorded:
             labels = ", ".join(sorted(store.by_label)) or "none"

@@ -23,6 +23,7 @@ from ..run.execute import execute_run
 from ..run.record import RunRecord
 from ..run.version import VersionStamp
 from ..runtime.asking import ScriptedAsker
+from ..runtime.context import current_test
 from ..runtime.toolgate import arguments_match
 from ..runtime.trace import SessionTrace
 from ..runtimes.protocol import SelectorWrapper
@@ -161,19 +162,23 @@ async def _run_one(
     live_tools: bool,
 ) -> TestOutcome:
     trace = SessionTrace()
-    record = await execute_run(
-        program,
-        stamp,
-        test.agent,
-        test.method,
-        test.inputs,
-        model=test.model or model,
-        trace=trace,
-        wrap_selector=wrap_selector,
-        live_tools=live_tools or test.live_tools,
-        tool_doubles=test.doubles,
-        asker=None if test.answers is None else ScriptedAsker(list(test.answers)),
-    )
+    token = current_test.set(test.id)  # recordings name the test; a replay miss says so
+    try:
+        record = await execute_run(
+            program,
+            stamp,
+            test.agent,
+            test.method,
+            test.inputs,
+            model=test.model or model,
+            trace=trace,
+            wrap_selector=wrap_selector,
+            live_tools=live_tools or test.live_tools,
+            tool_doubles=test.doubles,
+            asker=None if test.answers is None else ScriptedAsker(list(test.answers)),
+        )
+    finally:
+        current_test.reset(token)
     calls = [(n.name, n.inputs) for n in trace.nodes if n.kind == "tool"]
     outcome = TestOutcome(test, record=record, calls=calls)
     outcome.problems = check_expectations(test, record, calls)
