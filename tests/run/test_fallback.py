@@ -203,3 +203,112 @@ def test_a_plain_run_says_which_model_failed_on_stderr(write, capsys) -> None:
         "fallback: local:primary failed (server_error, HTTP 503, 2 attempts) in "
         "helper.answer; trying local:backup"
     ) in err
+
+
+CHAIN = """\
+version: 1
+name: flow
+model: [local:primary, local:backup]
+retry: {max_retries: 1}
+runtimes:
+  - {match: "local:*", runtime: openai, options: {base_url: "%s/v1"}}
+methods:
+  first:
+    prompt: Step one.
+    choices:
+      go: {description: Go on, method: second}
+  second:
+    prompt: Step two.
+"""
+
+
+def by_step(replies: Mapping[tuple[str, str], Callable[[], Reply]]) -> Callable[[Request], Reply]:
+    """A reply chosen by the model and the step the prompt names."""
+
+    def answer(request: Request) -> Reply:
+        body = request.json
+        step = "one" if "Step one." in json.dumps(body["messages"]) else "two"
+        return replies[(body["model"], step)]()
+
+    return answer
+
+
+def test_a_method_continued_by_a_pick_falls_back_alone(write, capsys) -> None:
+    pick = lambda: json_reply(chat_completion('{"call": "go", "args": {}}'))  # noqa: E731
+    replies = {
+        ("primary", "one"): pick,
+        ("primary", "two"): failing(503),
+        ("backup", "one"): pick,
+        ("backup", "two"): ok("done by backup"),
+    }
+    with LoopbackServer() as server:
+        server.add(*[by_step(replies)] * 6)
+        path = write("agent.yaml", CHAIN % server.url)
+        code = main([str(path), "first", "--json"])
+        record = json.loads(capsys.readouterr().out)
+        asked = [
+            (r.json["model"], "one" if "Step one." in r.body.decode() else "two")
+            for r in server.requests
+        ]
+    assert code == 0, record
+    assert record["output"] == "done by backup"
+    # The first method's pick stands: only the second method's call moved to the backup.
+    assert asked == [("primary", "one"), ("primary", "two"), ("backup", "two")]
+    assert [f["method"] for f in record["fallbacks"]] == ["flow.second"]
+
+
+def test_a_continued_method_that_fails_on_every_model_does_not_rerun_the_first(
+    write, capsys
+) -> None:
+    pick = lambda: json_reply(chat_completion('{"call": "go", "args": {}}'))  # noqa: E731
+    replies = {
+        ("primary", "one"): pick,
+        ("primary", "two"): failing(503),
+        ("backup", "one"): pick,
+        ("backup", "two"): failing(503),
+    }
+    with LoopbackServer() as server:
+        server.add(*[by_step(replies)] * 6)
+        path = write("agent.yaml", CHAIN % server.url)
+        code = main([str(path), "first", "--json"])
+        record = json.loads(capsys.readouterr().out)
+        asked = [
+            (r.json["model"], "one" if "Step one." in r.body.decode() else "two")
+            for r in server.requests
+        ]
+    assert code == 1
+    # Without this rule the first method would be run again on the backup, then the second.
+    assert asked == [("primary", "one"), ("primary", "two"), ("backup", "two")]
+    assert record["error"]["model"] == "local:backup"
+    assert [f["method"] for f in record["fallbacks"]] == ["flow.second"]
+
+
+def test_which_models_a_method_tries(write) -> None:
+    from openprogram_yaml.compile.project import compile_path
+    from openprogram_yaml.run.fallback import models_for
+
+    path = write(
+        "agent.yaml",
+        """
+        version: 1
+        name: a
+        model: local:main
+        fallback_models: [local:spare]
+        defaults: {model: [local:d1, local:d2]}
+        methods:
+          inherits: {prompt: x}
+          own: {prompt: x, model: local:solo}
+          listed: {prompt: x, model: local:m, fallback_models: [local:n]}
+          spares: {prompt: x, fallback_models: [local:s2]}
+        """,
+    )
+    agent = compile_path(path).agent("a")
+    tried = {name: models_for(agent, m) for name, m in agent.methods.items()}
+    assert tried == {
+        "inherits": ("local:d1", "local:d2"),  # the defaults' list
+        "own": ("local:solo",),  # a method's own model brings no fallbacks
+        "listed": ("local:m", "local:n"),
+        "spares": ("local:d1", "local:s2"),  # its fallbacks follow the inherited model
+    }
+    assert models_for(agent, agent.methods["own"], "local:cli") == ("local:cli",)
+    assert agent.fallback_models == ("local:spare",)
