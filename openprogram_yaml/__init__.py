@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .compile.project import compile_agent_files, compile_path
     from .errors import (
         AskTimeout,
+        BudgetExceededError,
         ConfigError,
         DecisionError,
         Diagnostic,
@@ -75,6 +76,7 @@ _EXPORTS: dict[str, str] = {
     "compile_path": "compile.project",
     # errors
     "AskTimeout": "errors",
+    "BudgetExceededError": "errors",
     "ConfigError": "errors",
     "DecisionError": "errors",
     "Diagnostic": "errors",
@@ -130,6 +132,7 @@ __all__ = [
     "Agent",
     "AgentRuntimeProtocol",
     "AskTimeout",
+    "BudgetExceededError",
     "Capabilities",
     "ConfigError",
     "DecisionError",

@@ -111,6 +111,8 @@ def price_usd(key: PriceKey, usage: Usage) -> Decimal | None:
 
 @dataclass(slots=True)
 class _Spend:
+    """What one model of a run used, and what that cost."""
+
     usage: Usage = field(default_factory=Usage)
     key: PriceKey | None = None
     #: The cost of ``usage``; None when no price is known.
