@@ -50,6 +50,7 @@ async def execute_run(
     approve_all: bool = False,
     on_event: Callable[[JSONObject], None] | None = None,
     history: Sequence[Message] = (),
+    exported: bool = True,
 ) -> RunRecord:
     """Run one method of ``program`` and describe the outcome; never raises for a failed run.
 
@@ -64,7 +65,8 @@ async def execute_run(
     ``confirm`` is refused); ``approve_all`` (``--yes``) approves every confirmation.
     ``on_event`` is told what happens while the run goes (``run.events``); it is never
     told of the record, which the caller has. ``history`` is a chat session's conversation
-    so far (``run.sessions``), sent to the model before the method's prompt.
+    so far (``run.sessions``), sent to the model before the method's prompt. ``exported``
+    False keeps the run out of telemetry (a render, which sends nothing, is no run).
 
     A cancelled run (shutdown after the grace period) ends as an ``interrupted`` record, so
     callers always get a record to write.
@@ -81,7 +83,7 @@ async def execute_run(
         agent = program.agent(agent_name)
         record.agent = agent.name
         record.secrets = run_secrets(agent)
-        telemetry = active_telemetry()
+        telemetry = active_telemetry() if exported else None
         if telemetry is not None:  # on: the run is traced, and its trace exported
             trace = telemetry.watch(trace, record.secrets)
         method = agent.method(method_name or None)

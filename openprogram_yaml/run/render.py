@@ -142,8 +142,8 @@ async def render_method(
     model: str | None = None,
 ) -> Rendered:
     """Run the method up to its first model call and keep that request instead of sending
-    it. Nothing leaves the process; the request is not redacted (the caller shows it with
-    ``record.secrets`` masked)."""
+    it. Nothing leaves the process (no telemetry either); the request is not redacted (the
+    caller shows it with ``record.secrets`` masked)."""
     selectors: list[CaptureSelector] = []
 
     def capture(inner: RuntimeSelectorProtocol) -> CaptureSelector:
@@ -151,7 +151,14 @@ async def render_method(
         return selectors[-1]
 
     record = await execute_run(
-        program, stamp, agent_name, method_name, inputs, model=model, wrap_selector=capture
+        program,
+        stamp,
+        agent_name,
+        method_name,
+        inputs,
+        model=model,
+        wrap_selector=capture,
+        exported=False,  # stopped at the boundary: no run happened to export
     )
     captured = [c for s in selectors for c in s.captured]
     return Rendered(captured[0].to_dict() if captured else None, record)

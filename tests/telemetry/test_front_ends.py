@@ -9,8 +9,11 @@ from pathlib import Path
 import httpx
 from otel_helpers import AGENT, spans_in_memory, tree, write_desk
 
+from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.run.reload import ProgramHolder
+from openprogram_yaml.run.render import Rendered, render_method
 from openprogram_yaml.run.service import RunService
+from openprogram_yaml.run.version import VersionStamp
 from openprogram_yaml.runner.cli import main
 from openprogram_yaml.serve.app import Server, ServeState
 
@@ -63,3 +66,20 @@ tests:
         assert main(["test", str(path)]) == 0
     roots = [s.name for s in exporter.get_finished_spans() if s.parent is None]
     assert roots == ["invoke_agent desk", "invoke_agent desk"]
+
+
+def test_a_render_exports_no_span(tmp_path: Path) -> None:
+    """Render stops a method before its model call: no run happened, none is exported (the
+    web page's Render button used to export a failed run per click)."""
+    path = write_desk(tmp_path)
+    program = compile_path(path)
+
+    async def render() -> Rendered:
+        return await render_method(
+            program, VersionStamp(program.version), "desk", "ask", {"ticket": "T-17"}
+        )
+
+    with spans_in_memory() as exporter:
+        rendered = asyncio.run(render())
+    assert rendered.request is not None
+    assert exporter.get_finished_spans() == ()
