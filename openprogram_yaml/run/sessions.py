@@ -7,9 +7,9 @@ method it talks to, and its messages: the person's (``user``) and the method's a
 (``assistant``), each with its time, the run that answered it and the prompt version that
 run used. What is stored is redacted with the run's secrets, as records are.
 
-Front ends use three steps: ``store.history(name)`` gives the prior messages to pass to a
-run (``execute_run(history=…)``), ``store.add_turn(...)`` keeps the exchange when the run
-ends, and ``run_in_session`` does both around a ``RunService`` run (``serve``).
+A front end takes two steps around each run: ``store.begin_turn(name, agent, method)``
+gives the prior messages to pass to the run (``RunService.start(history=…)``), and
+``store.end_turn(name, user, record)`` keeps the exchange when the run ends ok.
 """
 
 from __future__ import annotations
@@ -30,18 +30,16 @@ from ..runtimes.protocol import Message
 if TYPE_CHECKING:
     from ..compile.program import Method
     from ..json_types import JSONValue
-    from .events import Observer
     from .record import RunRecord
-    from .service import RunService
 
 __all__ = [
     "SESSIONS_FILE",
     "SessionInfo",
     "SessionMessage",
+    "SessionMismatchError",
     "SessionStore",
     "chat_input",
     "check_name",
-    "run_in_session",
     "sessions_path",
     "turn_text",
     "user_text",
@@ -73,6 +71,10 @@ CREATE TABLE IF NOT EXISTS messages (
 );
 CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session, id);
 """
+
+
+class SessionMismatchError(UsageError):
+    """A session was resumed with another method than the one it talks to."""
 
 
 def sessions_path(project_root: Path) -> Path:
@@ -220,13 +222,13 @@ class SessionStore:
         """Session ``name``, created for ``agent.method`` when it does not exist yet.
 
         A session belongs to the method it was started with: resuming it with another is a
-        ``UsageError`` (its history was shaped by that method's prompt).
+        ``SessionMismatchError`` (its history was shaped by that method's prompt).
         """
         check_name(name)
         found = self.get(name)
         if found is not None:
             if (found.agent, found.method) != (agent, method):
-                raise UsageError(
+                raise SessionMismatchError(
                     f"session '{name}' talks to {found.agent}.{found.method}, not "
                     f"{agent}.{method}: resume it with that method or pick another name"
                 )
@@ -253,6 +255,27 @@ class SessionStore:
                     (name, role, content, now, run_id, version),
                 )
             db.execute("UPDATE sessions SET updated_at = ? WHERE name = ?", (now, name))
+
+    def begin_turn(self, name: str, agent: str, method: str) -> tuple[Message, ...]:
+        """Session ``name`` opened for ``agent.method`` (created when new, see ``open``),
+        and its history: the prior messages of the run that is its next turn."""
+        self.open(name, agent, method)
+        return self.history(name)
+
+    def end_turn(self, name: str, user: str, record: RunRecord) -> bool:
+        """Keep a turn (the person's message ``user`` and the run's answer), redacted with
+        the run's secrets, when its run ended ``ok``: a failed or interrupted run leaves the
+        session as it was. Whether the turn was kept."""
+        if record.status != "ok":
+            return False
+        self.add_turn(
+            name,
+            redact(user, record.secrets),
+            redact(turn_text(record.output), record.secrets),
+            run_id=record.id,
+            version=record.version.hash,
+        )
+        return True
 
     def delete(self, name: str) -> None:
         """Remove session ``name`` and its messages (a ``UsageError`` when there is none)."""
@@ -324,44 +347,6 @@ def turn_text(output: JSONValue) -> str:
     if isinstance(output, str):
         return output
     return json.dumps(output, ensure_ascii=False)
-
-
-async def run_in_session(
-    service: RunService,
-    store: SessionStore,
-    name: str,
-    agent: str | None,
-    method: str | None,
-    inputs: Mapping[str, JSONValue],
-    *,
-    model: str | None = None,
-    on_event: Observer | None = None,
-) -> RunRecord:
-    """One run of ``agent.method`` as the next turn of session ``name`` (created if new).
-
-    The session's messages go to the run as its history; the person's message is the
-    method's chat input (``chat_input``) of ``inputs``. A run that ends ``ok`` adds the
-    exchange to the session; a failed or interrupted one leaves the session as it was.
-    Raises ``UsageError`` before any run for a bad name, a method without one chat input,
-    or a session that talks to another method.
-    """
-    program, _ = service.current()
-    chosen, method_name = program.select(method, agent=agent)
-    compiled = chosen.method(method_name or None)
-    store.open(name, chosen.name, compiled.name)
-    history = store.history(name)
-    record = await service.start(
-        chosen.name, compiled.name, inputs, model=model, on_event=on_event, history=history
-    )
-    if record.status == "ok":
-        store.add_turn(
-            name,
-            redact(user_text(compiled, inputs), record.secrets),
-            redact(turn_text(record.output), record.secrets),
-            run_id=record.id,
-            version=record.version.hash,
-        )
-    return record
 
 
 def user_text(method: Method, inputs: Mapping[str, JSONValue]) -> str:

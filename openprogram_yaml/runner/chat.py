@@ -294,7 +294,7 @@ class _Chat:
             inputs,
             model=self.model,
             on_event=display,
-            history=self.store.history(self.session),
+            history=self.store.begin_turn(self.session, self.agent, self.method),
         )
         self.turn = task
         try:
@@ -302,17 +302,10 @@ class _Chat:
         finally:
             self.turn = None
         shown = display.finish(record.output if record.status == "ok" else None)
-        if record.status == "ok":
+        if self.store.end_turn(self.session, line, record):
             if not shown:
                 sys.stdout.write(redact(turn_text(record.output), record.secrets) + "\n")
                 sys.stdout.flush()
-            self.store.add_turn(
-                self.session,
-                redact(line, record.secrets),
-                redact(turn_text(record.output), record.secrets),
-                run_id=record.id,
-                version=record.version.hash,
-            )
         elif record.status == "interrupted":
             _say("(cancelled; the session is as it was)")
         else:

@@ -47,6 +47,7 @@ from ..run.questions import PendingQuestions
 from ..run.record import run_secrets
 from ..run.reload import ProgramHolder
 from ..run.service import RunService
+from ..run.sessions import SessionStore, sessions_path
 from .connections import ConnectionGuard, Deadline
 from .guard import (
     LOOPBACK_HOSTS,
@@ -104,6 +105,8 @@ class ServeState:
     port: int = 0
     #: The open connections (set by ``Server.start``).
     connections: ConnectionGuard | None = None
+    #: Chat sessions (``?session=NAME`` on ``POST /run``), opened when a run first names one.
+    _sessions: SessionStore | None = field(default=None, init=False, repr=False)
     #: The secrets of every agent of a version (``secrets``), kept with the version.
     _agent_secrets: tuple[Program, frozenset[str]] | None = field(
         default=None, init=False, repr=False
@@ -127,6 +130,14 @@ class ServeState:
             if bound.lower() not in LOOPBACK_HOSTS:
                 names.add(bound.lower())
         return frozenset(names)
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The project's chat sessions (``run.sessions``), in its ``.openprogram`` folder."""
+        if self._sessions is None:
+            program, _ = self.holder.snapshot()
+            self._sessions = SessionStore(sessions_path(program.root))
+        return self._sessions
 
     @property
     def token_cookie(self) -> str:

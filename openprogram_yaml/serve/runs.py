@@ -166,13 +166,17 @@ async def _run(state: ServeState, request: web.Request) -> web.StreamResponse:
     program, _ = state.holder.snapshot()
     agent, method = method_at(program, request)
     model = model_for(state, program, request)
+    session = request.query.get("session")
     if not wants_events(request):
-        record = await start_run(state, agent, method.name, inputs, model=model).record()
+        run = start_run(state, agent, method.name, inputs, model=model, session=session)
+        record = await run.record()
         return web.Response(
             status=status_of(record), text=record.to_json(), content_type="application/json"
         )
     events: asyncio.Queue[JSONObject] = asyncio.Queue()
-    run = start_run(state, agent, method.name, inputs, model=model, on_event=events.put_nowait)
+    run = start_run(
+        state, agent, method.name, inputs, model=model, on_event=events.put_nowait, session=session
+    )
     return await _stream_run(request, run, events, state.secrets_of_run(agent))
 
 

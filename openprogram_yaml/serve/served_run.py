@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from ..errors import UsageError
 from ..json_types import JSONValue
 from ..run.record import RunRecord
+from ..run.sessions import SessionMismatchError, user_text
 from ..runtime.trace import SessionTrace
 from .app import Refused, ServeState
 from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
@@ -28,6 +30,7 @@ from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
 if TYPE_CHECKING:
     from ..compile.program import Agent, Method, Program
     from ..run.events import Observer
+    from ..runtimes.protocol import Message
 
 __all__ = ["ServedRun", "method_at", "model_for", "read_inputs", "start_run", "status_of"]
 
@@ -124,28 +127,51 @@ def start_run(
     model: str | None,
     on_event: Observer | None = None,
     route: str = "",
+    session: str | None = None,
 ) -> ServedRun:
     """Start a run of ``agent``'s ``method`` for a route (its log line ends with ``route``,
-    when given); 503 once the server is shutting down."""
+    when given); 503 once the server is shutting down. With ``session`` (``?session=NAME``)
+    the run is that chat session's next turn (``run.sessions``): sent its history, and kept
+    in it when it ends ok; 400 for a bad name, 409 for a session of another method."""
     if state.service.closing:
         raise Refused(503, "the server is shutting down")
+    history: tuple[Message, ...] = ()
+    turn = None
+    if session is not None:
+        try:
+            history = state.sessions.begin_turn(session, agent.name, method)
+        except SessionMismatchError as exc:
+            raise Refused(409, str(exc)) from None
+        except UsageError as exc:  # a bad name; a store that cannot be opened
+            raise Refused(400, str(exc)) from None
+        turn = (session, user_text(agent.methods[method], inputs))
     trace = SessionTrace()
     task = state.service.start(
-        agent.name, method, inputs, model=model, trace=trace, on_event=on_event
+        agent.name, method, inputs, model=model, trace=trace, on_event=on_event, history=history
     )
-    task.add_done_callback(partial(_finished, state, trace, route))
+    task.add_done_callback(partial(_finished, state, trace, route, turn))
     return ServedRun(task, agent)
 
 
 def _finished(
-    state: ServeState, trace: SessionTrace, route: str, task: asyncio.Task[RunRecord]
+    state: ServeState,
+    trace: SessionTrace,
+    route: str,
+    turn: tuple[str, str] | None,
+    task: asyncio.Task[RunRecord],
 ) -> None:
-    """Keep the ended run in the history and log it. (Run before the route's handler
-    resumes: its record is in ``/runs`` when its client gets the reply.)"""
+    """Keep the ended run in the history (and its session's, for a ``turn`` of one) and
+    log it. (Run before the route's handler resumes: its record is in ``/runs`` when its
+    client gets the reply.)"""
     if task.cancelled() or task.exception() is not None:
         return  # execute_run always gives a record; nothing to keep otherwise
     record = task.result()
     state.history.add(record, trace)
+    if turn is not None:
+        try:
+            state.sessions.end_turn(*turn, record)
+        except UsageError as exc:  # the store cannot be written: said, the run stands
+            state.say(f"session {turn[0]}: {exc}", record.secrets)
     state.say(
         f"{status_of(record)} {record.agent}.{record.method} {record.status} "
         f"{record.elapsed_s * 1000:.0f} ms version {record.version.hash}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,6 @@ from openprogram_yaml.run.service import RunService
 from openprogram_yaml.run.sessions import (
     SessionStore,
     chat_input,
-    run_in_session,
     sessions_path,
 )
 from openprogram_yaml.run.version import VersionStamp
@@ -126,24 +126,92 @@ def test_the_message_goes_into_the_one_input_left(write) -> None:  # type: ignor
         chat_input(agent.method("fixed"))
 
 
-def test_a_run_in_a_session_is_sent_the_history_and_adds_its_turn(write, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_turn_is_sent_the_history_and_kept_when_its_run_ends_ok(write, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     program = compile_path(write("pal.yaml", CHAT))
     stamp = VersionStamp(program.version)
 
-    async def main() -> list[str]:
+    async def turn(service: RunService, store: SessionStore, text: str, model: str) -> bool:
+        history = store.begin_turn("s", "pal", "talk")
+        task = service.start("pal", "talk", {"message": text}, model=model, history=history)
+        return store.end_turn("s", text, await task)
+
+    async def main() -> None:
         service = RunService(lambda: (program, stamp))
-        outputs = []
         with _store(tmp_path) as store:
-            for text in ("one", "two", "three"):
-                record = await run_in_session(service, store, "s", "pal", "talk", {"message": text})
-                assert record.status == "ok", record.error
-                outputs.append(str(record.output))
+            assert [await turn(service, store, t, "test") for t in ("one", "two")] == [True] * 2
+            # A failed run (no such model) leaves the session as it was.
+            assert not await turn(service, store, "three", "nope:model")
             messages = store.messages("s")
         await service.shutdown(0)
-        assert [m.role for m in messages] == ["user", "assistant"] * 3
-        assert [m.content for m in messages[::2]] == ["one", "two", "three"]
+        assert [m.role for m in messages] == ["user", "assistant"] * 2
+        assert [m.content for m in messages] == [
+            "one",
+            "test reply to: one",
+            "two",
+            "test reply to: two",
+        ]
         assert messages[-1].version == program.version
-        return outputs
 
-    outputs = asyncio.run(main())
-    assert len(outputs) == 3
+    asyncio.run(main())
+
+
+def test_a_turn_keeps_no_secret(write, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("PAL_API_KEY", "sk-pal-0123456789abcdef")
+    program = compile_path(write("pal.yaml", CHAT))
+
+    async def main() -> None:
+        service = RunService(lambda: (program, VersionStamp(program.version)))
+        with _store(tmp_path) as store:
+            history = store.begin_turn("s", "pal", "talk")
+            inputs = {"message": "my key is sk-pal-0123456789abcdef"}
+            record = await service.start("pal", "talk", inputs, history=history)
+            assert store.end_turn("s", str(inputs["message"]), record)
+            assert "sk-pal" not in json.dumps([m.to_dict() for m in store.messages("s")])
+        await service.shutdown(0)
+
+    asyncio.run(main())
+
+
+def test_serve_runs_a_turn_of_the_session_its_query_names(
+    write: Callable[[str, str], Path], tmp_path: Path
+) -> None:
+    import httpx
+
+    from openprogram_yaml.run.reload import ProgramHolder
+    from openprogram_yaml.serve.app import Server, ServeState
+
+    path = write("pal.yaml", CHAT)
+
+    async def main() -> list[tuple[int, str]]:
+        holder = ProgramHolder(path)
+        holder.load()
+        state = ServeState(holder, RunService(holder.snapshot))
+        server = Server(state)
+        port = await server.start(0)
+        replies = []
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            try:
+                for url, body in [
+                    ("/run/pal/talk?session=s", {"message": "one"}),
+                    ("/run/pal/talk?session=s", {"message": "two"}),
+                    ("/run/pal/talk", {"message": "not kept"}),
+                    ("/run/pal/brief?session=s", {"topic": "a", "tone": "b"}),
+                    ("/run/pal/talk?session=a%20b", {"message": "x"}),
+                ]:
+                    response = await client.post(url, json=body)
+                    replies.append((response.status_code, response.text))
+            finally:
+                await server.close(grace_s=0)
+        return replies
+
+    replies = asyncio.run(main())
+    assert [status for status, _ in replies] == [200, 200, 200, 409, 400]
+    assert "talks to pal.talk, not pal.brief" in replies[3][1]
+    with _store(tmp_path) as store:
+        assert [m.content for m in store.messages("s")] == [
+            "one",
+            "test reply to: one",
+            "two",
+            "test reply to: two",
+        ]
+        assert [m.run_id for m in store.messages("s")][2] == json.loads(replies[1][1])["id"]
