@@ -203,7 +203,9 @@ async def _serve_http(
 def _bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host``:``port`` (0: any free port), IPv4 or IPv6."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named, not 0: asyncio sets TCP_NODELAY only on sockets that say TCP (the
+    # accepted ones copy this), and without it a JSON reply waited 40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

@@ -5,6 +5,7 @@ DNS-rebinding protection."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ToolsListChanged
 from mcp_repository import AGENT, TIMEOUT_S, http_server, save, write_agent
 
+from openprogram_yaml.mcp.driver import _bind
 from openprogram_yaml.runner.cli import main
 
 TOKEN = "tok-5b1e9c0d7a2f4e68"
@@ -150,3 +152,28 @@ def test_a_rebound_host_name_or_another_site_is_refused(tmp_path: Path) -> None:
     assert rebound.status_code == 421
     assert page.status_code == 403
     assert own.status_code == 200
+
+
+def test_connections_to_the_http_server_send_without_delay() -> None:
+    """TCP_NODELAY on every connection: without it a JSON reply (written as headers, then
+    body) waited about 40 ms for the client's delayed ACK (6 ms a call instead of 52)."""
+
+    async def scenario() -> int:
+        accepted: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        class Probe(asyncio.Protocol):
+            def connection_made(self, transport: asyncio.BaseTransport) -> None:
+                sock = transport.get_extra_info("socket")
+                accepted.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+                transport.close()
+
+        listening = _bind("127.0.0.1", 0)
+        server = await asyncio.get_running_loop().create_server(Probe, sock=listening)
+        _, writer = await asyncio.open_connection(*listening.getsockname())
+        nodelay = await asyncio.wait_for(accepted, TIMEOUT_S)
+        writer.close()
+        server.close()
+        await server.wait_closed()
+        return nodelay
+
+    assert asyncio.run(scenario()) == 1
