@@ -7,26 +7,34 @@ The command line loads this module only when stdout is a terminal, without ``--j
 what stdout holds is the answer alone. Every piece passes the run's redaction: text through
 a ``StreamRedactor`` (a secret split across pieces is still hidden), lines through
 ``redact``.
+
+The spinner starts once a run has been quiet for ``SPINNER_DELAY_S``, and ``rich`` is
+loaded then (or for the first event line): an answer that starts sooner shows no flash of
+spinner, and its first byte does not wait for ``rich`` to load (about 30 ms).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Iterable
-from typing import TextIO
-
-from rich.console import Console
-from rich.live import Live
-from rich.spinner import Spinner
-from rich.text import Text
+from typing import TYPE_CHECKING, TextIO
 
 from ..json_types import JSONObject, JSONValue
 from ..redaction import StreamRedactor, redact
 
-__all__ = ["RunDisplay"]
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
+
+__all__ = ["SPINNER_DELAY_S", "RunDisplay"]
 
 #: Arguments and results are cut to this many characters on their line.
 _SHORT = 80
+
+#: How long a run is quiet before the spinner shows.
+SPINNER_DELAY_S = 0.1
 
 
 class RunDisplay:
@@ -52,16 +60,17 @@ class RunDisplay:
         self.secrets = frozenset(secrets)
         self.streams_text = streams_text
         self.quiet = quiet
-        self._console = Console(file=err, highlight=False, soft_wrap=True)
-        self._spinner = Spinner("dots", Text(title, style="dim"))
+        self.title = title
+        self._err = err
+        self._rich: Console | None = None
         self._live: Live | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._redactor = StreamRedactor(self.secrets)
         self._text_on = False
         #: What the current method streamed since its last tool call or retry (unredacted:
         #: compared with the run's output at the end).
         self._segment: list[str] = []
         self._mid_line = False
-        self._spin()
 
     # --- the observer -------------------------------------------------------------------
 
@@ -70,6 +79,7 @@ class RunDisplay:
         if kind == "method":
             self._text_on = self.streams_text(str(event.get("agent")), str(event.get("method")))
             self._end_segment()
+            self._spin_later()
         elif kind == "text" and self._text_on:
             self._write(str(event.get("text") or ""))
         elif kind == "tool_use":
@@ -118,16 +128,46 @@ class RunDisplay:
 
     def clear(self) -> None:
         """Stop the spinner (before a question is asked on the terminal, or at the end)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._live is not None:
             self._live.stop()
             self._live = None
 
     # --- pieces -------------------------------------------------------------------------
 
+    @property
+    def _console(self) -> Console:
+        if self._rich is None:
+            from rich.console import Console
+
+            self._rich = Console(file=self._err, highlight=False, soft_wrap=True)
+        return self._rich
+
+    def _spin_later(self) -> None:
+        """Start the spinner unless something shows within ``SPINNER_DELAY_S``."""
+        if self._timer is None and self._live is None:
+            with contextlib.suppress(RuntimeError):  # no loop: nothing to wait on
+                loop = asyncio.get_running_loop()
+                self._timer = loop.call_later(SPINNER_DELAY_S, self._quiet_for_a_while)
+
+    def _quiet_for_a_while(self) -> None:
+        self._timer = None
+        if not self._mid_line:  # not while an answer is being written
+            self._spin()
+
     def _spin(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._live is None and self._console.is_terminal:
+            from rich.live import Live
+            from rich.spinner import Spinner
+            from rich.text import Text
+
             self._live = Live(
-                self._spinner,
+                Spinner("dots", Text(self.title, style="dim")),
                 console=self._console,
                 transient=True,
                 refresh_per_second=12.5,
@@ -167,6 +207,8 @@ class RunDisplay:
         return text if len(text) <= _SHORT else text[: _SHORT - 1] + "…"
 
     def _line(self, text: str, style: str = "dim") -> None:
+        from rich.text import Text
+
         self.clear()
         self._console.print(Text(redact(text, self.secrets), style=style))
 

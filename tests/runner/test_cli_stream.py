@@ -249,8 +249,9 @@ def test_no_stream_and_json_on_a_terminal_print_as_a_pipe_gets_it(
 
 
 def test_a_schema_failure_says_its_issues_and_how_many_repairs_were_tried(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("WRITER_KEY", SECRET)
     with LoopbackServer() as server:
         for _ in range(4):
             server.add(json_reply(chat_completion('{"sentiment": "mixed"}')))
@@ -262,3 +263,34 @@ def test_a_schema_failure_says_its_issues_and_how_many_repairs_were_tried(
     assert code == 1
     assert "$.sentiment: must be one of" in err
     assert f"after {sent - 1} repair" in err
+
+
+def test_a_spinner_shows_while_the_model_is_quiet_and_is_gone_once_it_answers(
+    tmp_path: Path,
+) -> None:
+    gate = threading.Event()
+    events = openai_sse([_chunk("Hello, Ada!"), _done()])
+    with LoopbackServer() as server:
+        reply = sse_reply([])
+        server.add(Reply(reply.status, b"", reply.headers, events=_Gated(events, 0, gate)))
+        (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
+        controller, terminal = os.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "openprogram_yaml", "agent.yaml", "greet", "-i", "who=Ada"],
+            stdin=terminal,
+            stdout=terminal,
+            stderr=terminal,  # the spinner draws on stderr when it is a terminal
+            cwd=tmp_path,
+            env={**os.environ, "WRITER_KEY": SECRET},
+        )
+        os.close(terminal)
+        seen = bytearray()
+        try:
+            _read_until(controller, b"writer.greet", seen)  # the spinner's title
+            gate.set()
+            _read_until(controller, b"Hello, Ada!", seen)
+            assert proc.wait(timeout=60) == 0
+        finally:
+            gate.set()
+            proc.kill()
+            os.close(controller)
