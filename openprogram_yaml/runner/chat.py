@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, UsageError
 from ..redaction import redact
+from ..run.record import run_secrets
 from ..run.sessions import (
     SessionStore,
     chat_input,
@@ -34,6 +35,7 @@ from ..run.sessions import (
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
 
     from ..compile.program import Method, Program
     from ..json_types import JSONValue
@@ -49,6 +51,7 @@ Type a message and press Enter; the answer streams below it.
   /reset         start a new session (the current one is kept)
   /model [NAME]  show the model, or answer with NAME from now on (e.g. openai:gpt-4o)
   /save [FILE]   write the session as JSON Lines to FILE (default: SESSION.jsonl)
+  /exit          leave (as Ctrl-D does)
 Ctrl-C cancels an answer while it comes; Ctrl-D leaves."""
 
 
@@ -176,8 +179,8 @@ class _Chat:
         self.history_file = program.root / ".openprogram" / "chat_history"
         self.turn: asyncio.Task[RunRecord] | None = None
         self.prompt: PromptSession[str] | None = None
-        #: What the terminal must not show this turn (the agent's secrets, read per turn).
-        self.secrets: frozenset[str] = frozenset()
+        #: What must not be shown or kept (the agent's secrets, read again each turn).
+        self.secrets = run_secrets(agent)
 
     @property
     def where(self) -> str:
@@ -185,7 +188,6 @@ class _Chat:
 
     async def run(self) -> int:
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory
 
         from ..run.record import RecordLog
         from ..run.service import RunService
@@ -217,7 +219,8 @@ class _Chat:
         await asyncio.wait({watching, watcher}, return_when=asyncio.FIRST_COMPLETED)
         watching.cancel()
         self.history_file.parent.mkdir(parents=True, exist_ok=True)
-        prompt: PromptSession[str] = PromptSession(history=FileHistory(str(self.history_file)))
+        history = _redacted_history(str(self.history_file), lambda: self.secrets)
+        prompt: PromptSession[str] = PromptSession(history=history)
         self.prompt = prompt
         self._greet()
         try:
@@ -268,7 +271,6 @@ class _Chat:
     # --- a message ----------------------------------------------------------------------
 
     async def _answer(self, service: RunService, line: str) -> None:
-        from ..run.record import run_secrets
         from .display import RunDisplay
 
         program, _ = self.holder.snapshot()
@@ -345,6 +347,18 @@ class _Chat:
         else:
             _say(f"unknown command {name}; /help lists them")
         return True
+
+
+def _redacted_history(path: str, secrets: Callable[[], frozenset[str]]) -> FileHistory:
+    """prompt_toolkit's input history in ``path``, which never keeps a secret typed in a
+    message (as the session and the records keep none)."""
+    from prompt_toolkit.history import FileHistory
+
+    class RedactedHistory(FileHistory):
+        def store_string(self, string: str) -> None:
+            super().store_string(redact(string, secrets()))
+
+    return RedactedHistory(path)
 
 
 class _Redacting:

@@ -169,7 +169,7 @@ def test_a_conversation_streams_answers_and_a_resume_sends_the_history(
             term.type("hi, I am Ada\r")
             term.wait_for("Hello, Ada!")
             term.wait_for(PROMPT)
-            term.type("how are you?\r")
+            term.type(f"how are you? my key is {SECRET}\r")
             term.wait_for("Fine, thanks.")
             term.wait_for(PROMPT)
             assert term.close() == 0
@@ -189,11 +189,15 @@ def test_a_conversation_streams_answers_and_a_resume_sends_the_history(
     assert sent == [
         ("user", "hi, I am Ada"),
         ("assistant", "Hello, Ada!"),
-        ("user", "how are you?"),
+        ("user", "how are you? my key is ***"),  # kept redacted
         ("assistant", "Fine, thanks."),
         ("user", "who am I?"),
     ]
-    assert SECRET.encode() not in term.shown
+    kept = tmp_path / ".openprogram"
+    for name in ("sessions.db", "sessions.db-wal", "chat_history"):
+        if (kept / name).exists():
+            assert SECRET.encode() not in (kept / name).read_bytes(), name
+    assert "my key is ***" in (kept / "chat_history").read_text()
 
     # What the chats kept, through `openprogram-run sessions`.
     assert main(["sessions", "-p", str(tmp_path)]) == 0
