@@ -61,10 +61,6 @@ class RunService:
         #: Called with each finished record (the CLI prints them; tests observe them).
         self.listeners: list[Callable[[RunRecord], None]] = []
 
-    def current(self) -> tuple[Program, VersionStamp]:
-        """The version the next run would start on."""
-        return self._current()
-
     def start(
         self,
         agent: str | None,
