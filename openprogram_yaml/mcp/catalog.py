@@ -37,6 +37,7 @@ class MethodRef:
 
     agent: str
     method: str
+    description: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +63,15 @@ class Catalog:
             for method_name in sorted(agent.methods):
                 method = agent.methods[method_name]
                 name = f"{agent.name}.{method.name}"
-                methods[name] = MethodRef(agent.name, method.name)
+                description = _description(agent, method)
+                methods[name] = MethodRef(agent.name, method.name, description)
                 output_schema = _output_schema(method)
                 if output_schema is not None:
                     structured.add(name)
                 tools.append(
                     types.Tool(
                         name=name,
-                        description=_description(agent, method),
+                        description=description,
                         input_schema=dict(method.input_schema),
                         output_schema=output_schema,
                     )
@@ -77,7 +79,7 @@ class Catalog:
                 prompts.append(
                     types.Prompt(
                         name=name,
-                        description=_description(agent, method),
+                        description=description,
                         arguments=_prompt_arguments(method),
                     )
                 )

@@ -187,7 +187,9 @@ async def _serve_http(
     bound = listening.getsockname()[1]
     server = _uvicorn(http_app(repo, host, bound, token), grace_s)
     serving = asyncio.create_task(server.serve(sockets=[listening]))
-    shown = f"[{host}]" if ":" in host else host
+    # Every address of the machine (0.0.0.0, ::): the name others reach it by.
+    shown = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
+    shown = f"[{shown}]" if ":" in shown else shown
     _say(_started(repo, f"at http://{shown}:{bound}{MCP_PATH}", watch, bool(token)))
     stopping = asyncio.create_task(stop.wait())
     await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -181,7 +181,7 @@ class RepositoryServer:
             message = redact(str(error.get("message", "nothing was rendered")), secrets)
             raise MCPError(types.INVALID_PARAMS, f"cannot render prompt '{params.name}': {message}")
         return types.GetPromptResult(
-            description=catalog.prompts[list(catalog.methods).index(params.name)].description,
+            description=ref.description,
             messages=_prompt_messages(request, lambda text: redact(text, secrets)),
         )
 
