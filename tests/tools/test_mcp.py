@@ -258,7 +258,7 @@ def _agent(tmp_path: Path, extra: str = "", server_options: str = "") -> Path:
                 tools_allow: [files__secret]
             """
         )
-        + textwrap.dedent(extra)
+        + extra
     )
     return path
 
@@ -443,3 +443,28 @@ def test_ctrl_c_during_a_call_leaves_no_server_process(tmp_path: Path) -> None:
             cli.kill()
     assert cli.returncode != 0
     assert not _alive(pid)
+
+
+def test_concurrent_served_runs_share_one_server_which_stops_with_the_service(
+    tmp_path: Path,
+) -> None:
+    from openprogram_yaml.run.service import RunService
+
+    path = _agent(
+        tmp_path,
+        extra="  pid:\n    prompt: Who are you?\n    tools_allow: [files__whoami]\n",
+    )
+    program = compile_path(path, environ={**os.environ, "OPENPROGRAM_NOTES_TOKEN": "x"})
+
+    async def go() -> list[RunRecord]:
+        service = RunService(lambda: (program, VersionStamp(program.version)), live_tools=True)
+        runs = [service.start(None, "pid", {}) for _ in range(4)]
+        records = list(await asyncio.gather(*runs))
+        await service.shutdown(5)
+        return records
+
+    records = asyncio.run(go())
+    assert all(r.status == "ok" for r in records), [r.error for r in records]
+    pids = {str(r.output).rsplit("files__whoami: ", 1)[1] for r in records}
+    assert len(pids) == 1  # one server for the four runs
+    assert not _alive(int(pids.pop()))
