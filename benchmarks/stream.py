@@ -181,8 +181,9 @@ def first_byte_on_a_terminal(argv: list[str], cwd: Path, wanted: bytes = b"p") -
     return first
 
 
-def cli(url: str, runs: int) -> tuple[list[float], list[float]]:
-    """First-byte times of the CLI and of the bare client process, run by run, alternating."""
+def cli(url: str, runs: int) -> dict[str, list[float]]:
+    """First-byte times of the bare client process, the CLI, and the CLI with
+    ``--no-stream`` (what the display costs or saves), run by run, alternating."""
     with tempfile.TemporaryDirectory() as folder:
         cwd = Path(folder)
         (cwd / "agent.yaml").write_text(AGENT % url)
@@ -192,6 +193,9 @@ def cli(url: str, runs: int) -> tuple[list[float], list[float]]:
         sides: dict[str, Callable[[], float]] = {
             "bare": lambda: first_byte_on_a_terminal([sys.executable, "bare.py", url], cwd),
             "cli": lambda: first_byte_on_a_terminal([*ours, "agent.yaml", "greet"], cwd),
+            "no_stream": lambda: first_byte_on_a_terminal(
+                [*ours, "agent.yaml", "greet", "--no-stream"], cwd
+            ),
         }
         for side in sides.values():  # warm: the compile cache, the page cache
             side()
@@ -199,7 +203,7 @@ def cli(url: str, runs: int) -> tuple[list[float], list[float]]:
         for _ in range(runs):
             for name, side in sides.items():
                 times[name].append(side())
-    return times["bare"], times["cli"]
+    return times
 
 
 def _line(name: str, bare: list[float], ours: list[float]) -> None:
@@ -224,13 +228,15 @@ def main() -> None:
     args = parser.parse_args()
     with chat_server(latency_ms=args.latency_ms, chunks=args.chunks) as url:
         bare, ours = in_process(url, args.calls, args.rounds)
-        bare_cli, our_cli = cli(url, args.cli_runs)
+        on_cli = cli(url, args.cli_runs)
     print(
         f"stream: time to the first streamed byte, loopback SSE in {args.chunks} pieces, "
         f"{args.latency_ms:g} ms latency (medians; goal {GOAL_RATIO}x + {SLACK_S * 1000:g} ms)"
     )
     _line(f"Runtime ({args.rounds} rounds x {args.calls})", bare, ours)
-    _line(f"CLI on a pty ({args.cli_runs} runs)", bare_cli, our_cli)
+    _line(f"CLI on a pty ({args.cli_runs} runs)", on_cli["bare"], on_cli["cli"])
+    plain = median(on_cli["no_stream"])
+    report("CLI --no-stream: the whole answer", f"{plain * 1000:.2f} ms", "(for comparison)")
 
 
 if __name__ == "__main__":
