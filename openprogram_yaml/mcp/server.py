@@ -42,6 +42,7 @@ from ..run.record import RunRecord, run_secrets
 from ..run.render import render_method
 from .asking import CALLER, Caller, can_elicit
 from .catalog import Catalog, MethodRef, arguments_to_inputs
+from .progress import RunProgress, wants_progress
 
 if TYPE_CHECKING:
     from ..compile.program import Program
@@ -150,17 +151,26 @@ class RepositoryServer:
         catalog = self.catalog()
         ref = self._find(catalog, params.name, "tool")
         caller = Caller(ctx.session, ctx.request_id) if can_elicit(ctx.session) else None
+        progress = RunProgress(ctx.session, self.secrets) if wants_progress(ctx.meta) else None
         # Set while the run's task is created, so the run (and what it starts) copies it.
         token = CALLER.set(caller)
         try:
             task = self.service.start(
-                ref.agent, ref.method, params.arguments or {}, model=self.model
+                ref.agent,
+                ref.method,
+                params.arguments or {},
+                model=self.model,
+                on_event=progress.observe if progress is not None else None,
             )
         except RuntimeError as exc:  # shutting down
             raise MCPError(types.INTERNAL_ERROR, str(exc)) from None
         finally:
             CALLER.reset(token)
-        record = await task  # a cancelled call cancels its run, which records "interrupted"
+        try:
+            record = await task  # a cancelled call cancels its run: it records "interrupted"
+        finally:
+            if progress is not None:
+                await progress.aclose()
         return self._tool_result(record, structured=params.name in catalog.structured)
 
     async def _get_prompt(

@@ -280,3 +280,21 @@ def test_sigterm_stops_the_server_while_the_client_keeps_stdin_open(tmp_path: Pa
     assert answer["result"]["serverInfo"]["name"] == "openprogram"
     assert process.returncode == 0
     assert err.rstrip().endswith("stopped")
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_caller_asking_for_progress_hears_the_steps_of_the_run(tmp_path: Path, mode: str) -> None:
+    agent = _asking_repo(tmp_path)
+    heard: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(message or "")
+
+    async def scenario() -> types.CallToolResult:
+        with (tmp_path / "server.log").open("w") as log:
+            async with stdio_session(agent, log, "--yes", mode=mode) as client:
+                return await client.call_tool("janitor.tidy", {}, progress_callback=on_progress)
+
+    result = asyncio.run(scenario())
+    assert not result.is_error
+    assert heard == ["running janitor.tidy", "calling tool remove"]
