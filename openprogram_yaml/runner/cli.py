@@ -660,6 +660,8 @@ def _cmd_mcp(argv: Sequence[str]) -> int:
         "client's user when the client supports elicitation, and are refused otherwise)",
     )
     args = p.parse_args(argv)
+    if not args.http and (args.token or args.host != "127.0.0.1" or args.port != 8766):
+        p.error("--host, --port and --token apply to --http (stdio has no address)")
     if _refused_outputs(args):
         return 2
     import asyncio

@@ -177,3 +177,18 @@ def test_connections_to_the_http_server_send_without_delay() -> None:
         return nodelay
 
     assert asyncio.run(scenario()) == 1
+
+
+def test_a_port_in_use_or_http_flags_without_http_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = write_agent(tmp_path)
+    taken = _bind("127.0.0.1", 0)
+    try:
+        port = str(taken.getsockname()[1])
+        assert main(["mcp", str(agent), "--http", "--port", port, "--no-watch"]) == 2
+        assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    finally:
+        taken.close()
+    assert main(["mcp", str(agent), "--token", TOKEN]) == 2
+    assert "apply to --http" in capsys.readouterr().err
