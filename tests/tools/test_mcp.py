@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -201,6 +202,8 @@ def http_server() -> Iterator[str]:
             break
     else:
         pytest.fail("the HTTP MCP server did not start")
+    # Its request log must not fill the pipe (the server would stall): read it away.
+    threading.Thread(target=process.stderr.read, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
@@ -468,3 +471,31 @@ def test_concurrent_served_runs_share_one_server_which_stops_with_the_service(
     pids = {str(r.output).rsplit("files__whoami: ", 1)[1] for r in records}
     assert len(pids) == 1  # one server for the four runs
     assert not _alive(int(pids.pop()))
+
+
+def test_a_reload_stops_the_old_versions_server_once_its_runs_end(tmp_path: Path) -> None:
+    from openprogram_yaml.run.service import RunService
+
+    path = _agent(
+        tmp_path, extra="  pid:\n    prompt: Who are you?\n    tools_allow: [files__whoami]\n"
+    )
+    environ = {**os.environ, "OPENPROGRAM_NOTES_TOKEN": "x"}
+    versions = [compile_path(path, environ=environ)]
+
+    async def go() -> tuple[int, int, bool]:
+        service = RunService(
+            lambda: (versions[-1], VersionStamp(versions[-1].version)), live_tools=True
+        )
+        first = await service.start(None, "pid", {})
+        path.write_text(path.read_text().replace("Who are you?", "Who are you now?"))
+        versions.append(compile_path(path, environ=environ))  # the reload's new version
+        second = await service.start(None, "pid", {})
+        old, new = (int(str(r.output).rsplit("files__whoami: ", 1)[1]) for r in (first, second))
+        new_alive = _alive(new)
+        await service.shutdown(5)
+        return old, new, new_alive
+
+    old, new, new_alive = asyncio.run(go())
+    assert old != new
+    assert not _alive(old) and new_alive  # the old one stopped when the new version ran
+    assert not _alive(new)  # and the new one with the service
