@@ -4,13 +4,14 @@ A price is looked up only where it is known for sure, never guessed:
 - a model ref ``provider:model_id`` served from a provider's own address is priced by the
   provider the address names (a runtime with a ``base_url``: genai-prices matches it
   against each provider's API address), else by the provider its prefix names;
-- an offline runtime (the ``test`` model), replayed turns, a bare model name, a local or
-  unknown server (``local:llama3`` at 127.0.0.1) or a model genai-prices does not list has
-  no price: its tokens are counted and its cost is "unknown".
+- an offline runtime (the ``test`` model), replayed turns, a bare model name, a local
+  server (a plain-http ``base_url``: ``local:llama3`` at 127.0.0.1), an address
+  genai-prices does not know or a model it does not list has no price: its tokens are
+  counted and its cost is "unknown".
 
 Prices come from the data genai-prices ships (its bundled snapshot); nothing is fetched
 at run time (its ``UpdatePrices`` is never started). The library is loaded on the first
-model that may have a price (about half a second), so offline runs never load it.
+model that may have a price (about 0.3 s), so offline and local runs never load it.
 
 A ``budget`` (``max_cost_usd``) is checked before each model call against the cost so far:
 once it is reached the run stops with ``BudgetExceededError`` (kind "spent"). A model with no
@@ -66,6 +67,10 @@ def price_key(model_ref: str, runtime: AgentRuntimeProtocol | None = None) -> Pr
     settings = getattr(runtime, "settings", None)
     base_url = getattr(settings, "base_url", None)
     if isinstance(base_url, str) and base_url:
+        # Every provider's own API is https; a plain-http server is a local one (Ollama,
+        # vLLM, a test's loopback server), priced at nothing known without loading the data.
+        if not base_url.lower().startswith("https://"):
+            return None
         return PriceKey(model_id, api_url=base_url)
     return PriceKey(model_id, provider_id=provider)
 

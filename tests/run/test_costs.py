@@ -176,18 +176,22 @@ def test_costs_add_up_over_records() -> None:
     assert meter.to_dict() == {"usd": 0.0, "models": []}
 
 
-def test_an_offline_run_never_loads_the_price_data(write) -> None:
-    # The price data takes about half a second to load: runs on `test` must not pay it.
-    path = write("agent.yaml", AGENT % {"model": "test", "extra": "", "url": ""})
-    code = (
-        "import sys\n"
-        "from openprogram_yaml.runner.cli import main\n"
-        f"assert main([{str(path)!r}, '--json']) == 0\n"
-        "assert 'genai_prices' not in sys.modules\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+@pytest.mark.parametrize("model", ["test", "local:gpt-4o"])
+def test_offline_and_local_runs_never_load_the_price_data(write, model: str) -> None:
+    # The price data takes about 0.3 s to load: runs on `test` or a local server never pay it.
+    with LoopbackServer() as server:
+        server.add(json_reply(chat_completion("hi")))
+        path = write("agent.yaml", AGENT % {"model": model, "extra": "", "url": server.url})
+        code = (
+            "import sys\n"
+            "from openprogram_yaml.runner.cli import main\n"
+            f"assert main([{str(path)!r}, '--json']) == 0\n"
+            "assert 'genai_prices' not in sys.modules\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["cost"]["usd"] is None
+    cost = json.loads(done.stdout)["cost"]
+    assert cost["usd"] is None and cost["models"][0]["model"] == model
 
 
 def test_the_record_of_a_served_model_keeps_cost_per_model(tmp_path: Path) -> None:
@@ -217,8 +221,9 @@ def test_replayed_and_recorded_turns_are_priced_by_the_runtime_behind_them(
     local = OpenAIRuntime(base_url="http://127.0.0.1:9/v1")
     real = OpenAIRuntime(base_url="https://api.openai.com/v1", api_key="sk-test")
     recorder_of = WrappedRuntime  # what --record puts in front of a runtime
-    key = price_key("openai:gpt-4o", recorder_of(local))
-    assert key is not None and key.api_url == "http://127.0.0.1:9/v1"
+    assert price_key("openai:gpt-4o", recorder_of(local)) is None  # plain http: a local server
+    key = price_key("openai:gpt-4o", recorder_of(real))
+    assert key is not None and key.api_url == "https://api.openai.com/v1"
     meter = CostMeter(max_cost_usd=1.0)
     meter.add("openai:gpt-4o", recorder_of(local), TURN)
     meter.add("openai:gpt-4o-mini", recorder_of(real), TURN)
