@@ -344,7 +344,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
         _emit(sys.stdout, _format_output(record.output), secrets)
     if record.tools_not_run and not args.json:
         _emit(sys.stderr, _not_run_note(record.tools_not_run))
-    if record.fallbacks and not args.json:
+    if record.fallbacks and not args.json and display is None:  # a display showed them
         from ..run.fallback import fallback_lines
 
         _emit(sys.stderr, fallback_lines(record.fallbacks), secrets)

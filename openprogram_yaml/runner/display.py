@@ -115,6 +115,14 @@ class RunDisplay:
         elif kind == "pick":
             self._line(f"→ picked {event.get('choice')}")
             self._spin()
+        elif kind == "fallback":
+            # What the failed model streamed is void; the next model answers from the start.
+            self._end_segment()
+            self._line(
+                f"{event.get('model')} failed ({event.get('reason')}) – trying {event.get('next')}",
+                style="yellow",
+            )
+            self._spin()
 
     # --- the end ------------------------------------------------------------------------
 

@@ -312,3 +312,28 @@ def test_which_models_a_method_tries(write) -> None:
     }
     assert models_for(agent, agent.methods["own"], "local:cli") == ("local:cli",)
     assert agent.fallback_models == ("local:spare",)
+
+
+def test_the_terminal_display_shows_a_fallback_and_voids_what_the_failed_model_streamed() -> None:
+    import io
+
+    from openprogram_yaml.runner.display import RunDisplay
+
+    out, err = io.StringIO(), io.StringIO()
+    display = RunDisplay(
+        "helper.answer", out=out, err=err, secrets=(), streams_text=lambda a, m: True
+    )
+    display({"type": "method", "agent": "helper", "method": "answer"})
+    display({"type": "text", "text": "Hel"})  # the primary's stream, cut off
+    display(
+        {
+            "type": "fallback",
+            "method": "helper.answer",
+            "model": "local:primary",
+            "reason": "connection",
+            "next": "local:backup",
+        }
+    )
+    display({"type": "text", "text": "Hello"})
+    assert display.finish("Hello")  # the answer on screen is the backup's, whole
+    assert "local:primary failed (connection) – trying local:backup" in err.getvalue()
