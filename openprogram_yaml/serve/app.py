@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from aiohttp import web
 
+from ..access import is_loopback, token_matches
 from ..json_types import JSONObject
 from ..redaction import env_secrets, redact
 from ..run.questions import PendingQuestions
@@ -49,14 +50,7 @@ from ..run.reload import ProgramHolder
 from ..run.service import RunService
 from ..run.sessions import SessionStore, sessions_path
 from .connections import ConnectionGuard, Deadline
-from .guard import (
-    LOOPBACK_HOSTS,
-    TOKEN_COOKIE,
-    ServeLimits,
-    is_loopback,
-    origin_refusal,
-    token_matches,
-)
+from .guard import LOOPBACK_HOSTS, TOKEN_COOKIE, ServeLimits, origin_refusal
 from .history import RunHistory
 
 if TYPE_CHECKING:
@@ -112,24 +106,22 @@ class ServeState:
         default=None, init=False, repr=False
     )
 
+    #: Bound beyond loopback (behind a token): any ``Host`` name is served.
+    any_host: bool = field(init=False)
+    #: Names served at any port: ``--allow-host`` ones and a loopback address bound.
+    allowed_hosts: frozenset[str] = field(init=False)
+
     def __post_init__(self) -> None:
         if isinstance(self.service.asker, PendingQuestions):
             self.questions = self.service.asker
-
-    @property
-    def any_host(self) -> bool:
-        """Bound beyond loopback (behind a token): any ``Host`` name is served."""
-        return not is_loopback(self.host)
-
-    @property
-    def allowed_hosts(self) -> frozenset[str]:
-        """Names served at any port: ``--allow-host`` ones and a loopback address bound."""
+        # Worked out once: every request's Host check reads them.
+        self.any_host = not is_loopback(self.host)
         names = {h.lower() for h in self.limits.allowed_hosts}
-        if is_loopback(self.host):
+        if not self.any_host:
             bound = f"[{self.host}]" if ":" in self.host else self.host
             if bound.lower() not in LOOPBACK_HOSTS:
                 names.add(bound.lower())
-        return frozenset(names)
+        self.allowed_hosts = frozenset(names)
 
     @property
     def sessions(self) -> SessionStore:
@@ -275,7 +267,8 @@ def _extra_headers(exc: web.HTTPException) -> dict[str, str]:
 def _body_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
     async def body(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.can_read_body:
+        # A body that has all arrived (most: it came with the headers) needs no deadline.
+        if request.can_read_body and not request.content.is_eof():
             seconds = state.limits.body_timeout_s
             try:
                 async with state.deadline(seconds):

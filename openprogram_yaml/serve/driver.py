@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from ..access import TOKEN_ENV, token_problem
 from ..errors import ConfigError
 from ..run.questions import PendingQuestions
 from ..run.record import RecordLog
@@ -15,32 +16,15 @@ from ..run.reload import ProgramHolder, describe_failure, describe_reload
 from ..run.service import RunService
 from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
 from .app import Server, ServeState, shown_host
-from .guard import ServeLimits, is_loopback
+from .guard import ServeLimits
 from .history import RunHistory
 
-__all__ = ["TOKEN_ENV", "serve", "serve_path", "token_problem"]
-
-#: The environment variable that may hold the token instead of ``--token`` (which other
-#: users of the machine can read in the process list).
-TOKEN_ENV = "OPENPROGRAM_SERVE_TOKEN"
+__all__ = ["serve", "serve_path"]
 
 
 def _say(text: str) -> None:
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
     sys.stderr.flush()
-
-
-def token_problem(host: str, token: str | None) -> str | None:
-    """Why serve must not start on ``host`` with ``token``, or None."""
-    if token is not None and not token.strip():
-        return "error: the token is empty; give a long random one (--token or $" + TOKEN_ENV + ")"
-    if token is None and not is_loopback(host):
-        return (
-            f"error: --host {host} lets other machines call this server, so it needs a token: "
-            f"pass --token TOKEN or set {TOKEN_ENV} (clients send 'Authorization: Bearer "
-            "TOKEN'), or leave --host at 127.0.0.1"
-        )
-    return None
 
 
 async def serve(

@@ -15,8 +15,6 @@ the ``Host`` the request was sent to.
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -25,12 +23,10 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "TOKEN_COOKIE",
     "ServeLimits",
-    "is_loopback",
     "media_refusal",
     "nests_deeper",
     "origin_refusal",
     "shown",
-    "token_matches",
 ]
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
@@ -60,23 +56,6 @@ class ServeLimits:
     header_timeout_s: float = 10.0
     #: A request's body must arrive within this once its headers have.
     body_timeout_s: float = 30.0
-
-
-def is_loopback(host: str) -> bool:
-    """Whether binding to ``host`` keeps the server on this machine."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def token_matches(sent: str | None, token: str) -> bool:
-    """Whether ``sent`` is ``token``, compared in constant time (no timing hints)."""
-    if sent is None:
-        return False
-    return hmac.compare_digest(sent.encode("utf-8"), token.encode("utf-8"))
 
 
 def origin_refusal(
