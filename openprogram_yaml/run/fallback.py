@@ -58,8 +58,9 @@ async def with_fallbacks(
     where: str,
     log: list[JSONObject],
     settled: list[BaseException],
-) -> T:
-    """``attempt(model)`` for each of ``models`` in turn until one returns.
+) -> tuple[T, str]:
+    """``attempt(model)`` for each of ``models`` in turn until one returns; its result and
+    the model that gave it.
 
     Only an ``LLMError`` that ``falls_back`` passes the exec on, and only one raised by this
     exec's own model calls: an error that a nested method's chain already answered for (a
@@ -70,7 +71,7 @@ async def with_fallbacks(
     last = len(models) - 1
     for index, model in enumerate(models):
         try:
-            return await attempt(model)
+            return await attempt(model), model
         except LLMError as exc:
             if index == last or not falls_back(exc) or any(exc is e for e in settled):
                 settled.append(exc)

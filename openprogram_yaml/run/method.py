@@ -137,7 +137,7 @@ async def _call(
     chosen = model or opts.model
     if len(state.models) < 2 or chosen != state.models[0]:
         return await attempt(chosen)
-    return await with_fallbacks(
+    result, answered = await with_fallbacks(
         state.models,
         attempt,
         runtime=runtime,
@@ -145,6 +145,9 @@ async def _call(
         log=state.fallbacks,
         settled=state.settled,
     )
+    if answered != state.models[0]:
+        step["answered_by"] = answered  # the record's path says who answered this method
+    return result
 
 
 def _choices(

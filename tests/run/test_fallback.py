@@ -75,6 +75,7 @@ def test_a_server_error_after_retries_passes_the_call_to_the_next_model(write, c
     assert asked == ["primary", "primary", "backup"]  # both attempts, then the fallback
     assert record["output"] == "from backup"
     assert record["model"] == "local:primary"
+    assert record["path"][0]["answered_by"] == "local:backup"
     [fallback] = record["fallbacks"]
     assert fallback["method"] == "helper.answer"
     assert fallback["model"] == "local:primary"
@@ -252,6 +253,8 @@ def test_a_method_continued_by_a_pick_falls_back_alone(write, capsys) -> None:
         ]
     assert code == 0, record
     assert record["output"] == "done by backup"
+    # Who answered each method: the first as asked, the second by the backup.
+    assert [step.get("answered_by") for step in record["path"]] == [None, "local:backup"]
     # The first method's pick stands: only the second method's call moved to the backup.
     assert asked == [("primary", "one"), ("primary", "two"), ("backup", "two")]
     assert [f["method"] for f in record["fallbacks"]] == ["flow.second"]
