@@ -3,11 +3,11 @@ request to start and for its headers to arrive.
 
 aiohttp bounds the size of a request line and of headers, and a body's size
 (``client_max_size``), and its handlers read the body under whatever deadline they like
-(``serve/runs.py`` reads it under ``ServeLimits.body_timeout_s``). It has no deadline for the
-headers: its ``keepalive_timeout`` closes a connection that stays idle, but it counts from the
-last reply on aiohttp's own clock and closes without a word. So each connection is aiohttp's
-``RequestHandler`` seen through ``GuardedConnection``, a thin ``asyncio.Protocol`` that passes
-every call through and keeps a watch beside it:
+(the app's ``body`` middleware reads it under ``ServeLimits.body_timeout_s``). It has no
+deadline for the headers: its ``keepalive_timeout`` closes a connection that stays idle, but
+it counts from the last reply on aiohttp's own clock and closes without a word. So each
+connection is aiohttp's ``RequestHandler`` seen through ``GuardedConnection``, a thin
+``asyncio.Protocol`` that passes every call through and keeps a watch beside it:
 
 1. a request must start (its first byte) within ``header_timeout_s`` of the connection
    opening or of the previous reply, else the connection closes quietly (nothing was asked);
