@@ -12,6 +12,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 from ..errors import Diagnostic
@@ -76,9 +77,17 @@ def _walk(
 
 
 def _is_secret(name: str, loc: Loc) -> bool:
-    return bool(_SECRET_NAME.search(name)) or any(
-        isinstance(p, str) and p.lower() in _SECRET_FIELDS for p in loc
+    return (
+        bool(_SECRET_NAME.search(name))
+        or any(isinstance(p, str) and p.lower() in _SECRET_FIELDS for p in loc)
+        or _in_server_env(loc)
     )
+
+
+def _in_server_env(loc: Loc) -> bool:
+    """Whether ``loc`` lies in an MCP server's ``env``: what a server is handed in its
+    environment is its credentials, whatever the variable is called."""
+    return any(pair == ("mcp", "env") for pair in pairwise(loc))
 
 
 def _field_name(loc: Loc) -> str:

@@ -499,3 +499,17 @@ def test_a_reload_stops_the_old_versions_server_once_its_runs_end(tmp_path: Path
     assert old != new
     assert not _alive(old) and new_alive  # the old one stopped when the new version ran
     assert not _alive(new)  # and the new one with the service
+
+
+def test_every_env_value_of_a_server_is_kept_secret_whatever_the_variable_is_called(
+    tmp_path: Path,
+) -> None:
+    path = _agent(tmp_path)
+    path.write_text(path.read_text().replace("OPENPROGRAM_NOTES_TOKEN", "OPENPROGRAM_NOTES_DB"))
+    program = compile_path(path, environ={**os.environ, "OPENPROGRAM_NOTES_DB": "db-passphrase"})
+    record = asyncio.run(
+        execute_run(program, VersionStamp(hash="v"), None, "secret", {}, live_tools=True)
+    )
+    assert record.status == "ok", record.error
+    assert "files__secret" in record.to_json()
+    assert "db-passphrase" not in record.to_json()
