@@ -24,6 +24,7 @@ SCRIPTS = {
     "reload.py": ["--saves", "10", "--agents", "1000", "--scale-saves", "3"],
     "serve.py": ["--requests", "500", "--rounds", "1", "--sequential", "200", "--in-flight", "200"],
     "stream.py": ["--calls", "100", "--rounds", "2", "--cli-runs", "5"],
+    "mcp.py": ["--calls", "50", "--rounds", "2"],
 }
 
 

@@ -210,6 +210,13 @@ class McpServer:
     def __repr__(self) -> str:
         return f"McpServer(name={self.name!r})"
 
+    @property
+    def client(self) -> Client | None:
+        """The connected SDK client, None when the server is not running (for measuring
+        the tool kind against the bare client: ``benchmarks/mcp.py``)."""
+        connection = self._connection
+        return None if connection is None else connection.client
+
     def describe(self) -> str:
         """How error messages name the server: ``MCP server 'files' (python notes.py)``."""
         return f"MCP server {self.name!r} ({self._shown})"
