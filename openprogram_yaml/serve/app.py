@@ -10,16 +10,18 @@ Middlewares, outermost first; each refusal is ``{"error": "..."}`` with its stat
 
 1. ``connection``: tells the connection's guard a request started and ended (the header
    deadline stops, the idle one starts).
-2. ``errors``: a route's ``Refused`` and aiohttp's own refusals (404, 405, 413) as JSON;
-   any other exception is a 500
-   whose detail goes to the server's log, redacted, never to the client.
-3. ``body``: a request's body is read whole, within ``ServeLimits.body_timeout_s`` (408 and
+2. ``openai_api.openai_errors``: the refusals below, for a ``/v1/`` path, in OpenAI's
+   error shape, which its clients read.
+3. ``errors``: a route's ``Refused`` and aiohttp's own refusals (404, 405, 413) as JSON;
+   any other exception is a 500 whose detail goes to the server's log, redacted, never to
+   the client.
+4. ``body``: a request's body is read whole, within ``ServeLimits.body_timeout_s`` (408 and
    the connection closed otherwise), before any other check, as a request is read whole
    before it is answered.
-4. ``guard``: the ``Host`` and ``Origin`` checks of ``guard.origin_refusal`` (400, 403).
-5. ``auth``: with a token (``--token`` / ``OPENPROGRAM_SERVE_TOKEN``), every route needs it.
+5. ``guard``: the ``Host`` and ``Origin`` checks of ``guard.origin_refusal`` (400, 403).
+6. ``auth``: with a token (``--token`` / ``OPENPROGRAM_SERVE_TOKEN``), every route needs it.
 
-How a client shows the token (for the web page, engineer C): an API client sends
+How a client shows the token: an API client sends
 ``Authorization: Bearer <token>``. A browser cannot add that header to a page it navigates
 to, so the first visit is ``GET /?token=<token>`` (any GET path works): the server answers
 ``303 See Other`` to the same address without ``token``, setting the cookie
@@ -338,10 +340,6 @@ class Server:
         self.app = app if app is not None else create_app(state)
         self._runner: web.AppRunner | None = None
         self._listening: asyncio.Server | None = None
-
-    @property
-    def questions(self) -> PendingQuestions:
-        return self.state.questions
 
     async def start(self, port: int = 0) -> int:
         """Listen on ``state.host``:``port`` (0: any free port); returns the port."""
