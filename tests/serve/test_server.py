@@ -431,3 +431,32 @@ def test_runs_reads_only_the_end_of_a_long_records_file(tmp_path: Path) -> None:
     runs = RunHistory(records=records).summaries()
     assert len(runs) == 1000
     assert runs[0]["id"] == "run049999" and runs[-1]["id"] == "run049000"
+
+
+def test_a_secret_a_reload_brings_is_redacted_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agents' secrets are worked out once per version: a new version's are known as
+    soon as it serves."""
+    monkeypatch.setenv("SERVE_TEST_SECRET", SECRET)
+    agent = write_agent(tmp_path)
+    described = AGENT.replace(
+        "model: test", "description: key ${env:SERVE_TEST_SECRET}\nmodel: test"
+    )
+
+    async def scenario() -> dict[str, Any]:
+        async with (
+            served(agent, watch=True) as (_, client),
+            client.stream("GET", "/events") as response,
+        ):
+            stream = sse_events(response)
+            await anext(stream)
+            assert (await client.get("/agents")).status_code == 200  # the old version's
+            save(agent, described)
+            kind, loaded = await asyncio.wait_for(anext(stream), EVENT_TIMEOUT_S)
+            assert (kind, loaded["status"]) == ("reload", "loaded")
+            agents: dict[str, Any] = (await client.get("/agents")).json()
+            return agents
+
+    agents = asyncio.run(scenario())
+    assert agents["echo"]["description"] == "key ***"
