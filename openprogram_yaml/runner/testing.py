@@ -246,5 +246,6 @@ async def run_tests(
     stream.write(usage_line(sum_costs(costs)) + "\n")
     stream.write(f"{len(outcomes) - failed} passed, {failed} failed\n")
     if progress is not None:
-        progress.write(f"({len(outcomes)} tests in {elapsed:.2f}s)\n")
+        n = len(outcomes)
+        progress.write(f"({n} test{'' if n == 1 else 's'} in {elapsed:.2f}s)\n")
     return outcomes

@@ -156,3 +156,18 @@ def test_an_api_key_env_that_is_named_but_unset_is_an_error_naming_it(
         assert server.requests == []  # refused before any request, and not retried
     err = capsys.readouterr().err
     assert "no API key: set LOCAL_LLM_KEY" in err and "after 1 attempt" in err
+
+
+def test_the_test_summary_counts_one_test_as_one(tmp_path: Path) -> None:
+    import asyncio
+    import io
+
+    from openprogram_yaml.compile.project import compile_path
+    from openprogram_yaml.runner.testing import run_tests
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(WITH_TESTS)
+    program = compile_path(path)
+    progress, out = io.StringIO(), io.StringIO()
+    asyncio.run(run_tests(program, program.tests[:1], model="test", stream=out, progress=progress))
+    assert "(1 test in " in progress.getvalue()
