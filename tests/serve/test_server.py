@@ -437,11 +437,17 @@ def test_a_secret_a_reload_brings_is_redacted_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The agents' secrets are worked out once per version: a new version's are known as
-    soon as it serves."""
-    monkeypatch.setenv("SERVE_TEST_SECRET", SECRET)
+    soon as it serves. (A key given to a runtime rule is secret whatever its variable is
+    called, so the environment's secret-looking names do not hide it too.)"""
+    monkeypatch.setenv("SERVE_PLAIN_VALUE", SECRET)
     agent = write_agent(tmp_path)
-    described = AGENT.replace(
-        "model: test", "description: key ${env:SERVE_TEST_SECRET}\nmodel: test"
+    keyed = AGENT.replace(
+        "model: test",
+        "model: test\n"
+        "description: uses ${env:SERVE_PLAIN_VALUE}\n"
+        "runtimes:\n"
+        '  - {match: "local:*", runtime: openai,\n'
+        '     options: {base_url: "http://127.0.0.1:9/v1", api_key: "${env:SERVE_PLAIN_VALUE}"}}',
     )
 
     async def scenario() -> dict[str, Any]:
@@ -452,11 +458,11 @@ def test_a_secret_a_reload_brings_is_redacted_at_once(
             stream = sse_events(response)
             await anext(stream)
             assert (await client.get("/agents")).status_code == 200  # the old version's
-            save(agent, described)
+            save(agent, keyed)
             kind, loaded = await asyncio.wait_for(anext(stream), EVENT_TIMEOUT_S)
-            assert (kind, loaded["status"]) == ("reload", "loaded")
+            assert (kind, loaded["status"]) == ("reload", "loaded"), loaded
             agents: dict[str, Any] = (await client.get("/agents")).json()
             return agents
 
     agents = asyncio.run(scenario())
-    assert agents["echo"]["description"] == "key ***"
+    assert agents["echo"]["description"] == "uses ***"
