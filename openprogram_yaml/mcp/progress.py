@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from mcp.server.session import ServerSession
@@ -51,7 +51,7 @@ class RunProgress:
     """Sends a run's progress messages to its caller, in order, off the run's path: the run
     only queues them (an observer must be quick), a task of this call sends them."""
 
-    def __init__(self, session: ServerSession, secrets: Callable[[], frozenset[str]]) -> None:
+    def __init__(self, session: ServerSession, secrets: frozenset[str]) -> None:
         self._session = session
         self._secrets = secrets
         self._loop = asyncio.get_running_loop()
@@ -69,7 +69,7 @@ class RunProgress:
         while (message := await self._queue.get()) is not None:
             sent += 1
             with contextlib.suppress(Exception):  # a client gone is no reason to fail the run
-                await self._session.report_progress(sent, None, redact(message, self._secrets()))
+                await self._session.report_progress(sent, None, redact(message, self._secrets))
 
     async def aclose(self) -> None:
         """Send what is queued, then stop."""

@@ -11,8 +11,9 @@ those on the 2025 handshake protocol get ``notifications/tools/list_changed`` (a
 ``prompts/list_changed``) on their connection; those on 2026-07-28 get them on the
 ``subscriptions/listen`` streams they opened (the SDK's ``ListenHandler`` and bus).
 
-Nothing a client gets carries a secret: results, errors and prompts are redacted with the
-run's secrets, every agent's, and the token.
+Nothing a client gets carries a secret: results, errors, progress and prompts are redacted
+with the secrets of the run's agent (``run_secrets``: its ``${env:…}`` values, keys, and
+secret-looking environment variables) and the token; a reload notice with every agent's.
 """
 
 from __future__ import annotations
@@ -123,6 +124,11 @@ class RepositoryServer:
                 found |= run_secrets(agent)
         return frozenset(found)
 
+    def _agent_secrets(self, ref: MethodRef) -> frozenset[str]:
+        program = self.holder.program
+        agent = program.agents.get(ref.agent) if program is not None else None
+        return run_secrets(agent) if agent is not None else frozenset()
+
     def initialization_options(self) -> Any:
         """What the handshake announces: tools and prompts whose lists change."""
         from mcp.server import NotificationOptions
@@ -151,7 +157,9 @@ class RepositoryServer:
         catalog = self.catalog()
         ref = self._find(catalog, params.name, "tool")
         caller = Caller(ctx.session, ctx.request_id) if can_elicit(ctx.session) else None
-        progress = RunProgress(ctx.session, self.secrets) if wants_progress(ctx.meta) else None
+        progress = None
+        if wants_progress(ctx.meta):
+            progress = RunProgress(ctx.session, self.server_secrets | self._agent_secrets(ref))
         # Set while the run's task is created, so the run (and what it starts) copies it.
         token = CALLER.set(caller)
         try:
@@ -184,7 +192,7 @@ class RepositoryServer:
         rendered = await render_method(
             program, stamp, ref.agent, ref.method, inputs, model=self.model
         )
-        secrets = self.secrets() | rendered.record.secrets
+        secrets = self.server_secrets | rendered.record.secrets
         request = rendered.request
         if request is None:
             error = rendered.record.error or {}
@@ -210,7 +218,7 @@ class RepositoryServer:
         return ref
 
     def _tool_result(self, record: RunRecord, *, structured: bool) -> types.CallToolResult:
-        secrets = self.secrets() | record.secrets
+        secrets = self.server_secrets | record.secrets
         meta = {RUN_META_KEY: {"id": record.id, "version": record.version.to_dict()}}
         if record.status != "ok":
             error = record.error or {}
