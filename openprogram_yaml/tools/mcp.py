@@ -289,11 +289,15 @@ class McpServer:
             await _retire(connection)
             raise
         except Exception as exc:
-            reason = (
-                f"it did not start within {self.start_timeout_s:g}s"
-                if isinstance(exc, TimeoutError)
-                else _reason(exc)
-            )
+            from mcp import MCPError
+            from mcp.types import CONNECTION_CLOSED
+
+            if isinstance(exc, TimeoutError):
+                reason = f"it did not start within {self.start_timeout_s:g}s"
+            elif isinstance(inner := _innermost(exc), MCPError) and inner.code == CONNECTION_CLOSED:
+                reason = "it closed the connection before answering (did it exit?)"
+            else:
+                reason = _reason(exc)
             tail = _tail(errlog)
             await _retire(connection)
             raise ToolError(
@@ -417,10 +421,16 @@ async def _retire(connection: _Connection) -> None:
             connection.errlog.close()
 
 
-def _reason(exc: BaseException) -> str:
-    """What went wrong, from the innermost error of an exception group."""
+def _innermost(exc: BaseException) -> BaseException:
+    """The first error inside an exception group (anyio's task groups raise them)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, from the innermost error of an exception group."""
+    exc = _innermost(exc)
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

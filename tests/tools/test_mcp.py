@@ -161,6 +161,7 @@ def test_a_server_that_cannot_start_says_so_with_its_stderr(tmp_path: Path) -> N
         asyncio.run(server.tools())
     message = str(failed.value)
     assert message.startswith("MCP server 'db'") and "failed to start" in message
+    assert "closed the connection before answering (did it exit?)" in message
     assert "cannot open the database" in message
 
 
