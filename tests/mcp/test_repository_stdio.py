@@ -298,3 +298,59 @@ def test_a_caller_asking_for_progress_hears_the_steps_of_the_run(tmp_path: Path,
     result = asyncio.run(scenario())
     assert not result.is_error
     assert heard == ["running janitor.tidy", "calling tool remove"]
+
+
+WAITING_AGENT = """\
+version: 1
+name: waiter
+model: test
+tools:
+  wait:
+    python: waiter_tools:wait
+methods:
+  hold:
+    prompt: Wait.
+"""
+
+WAITING_TOOLS = '''
+import asyncio
+
+
+async def wait() -> str:
+    """Wait until cancelled."""
+    await asyncio.Event().wait()
+    return "never"
+'''
+
+
+def test_a_cancelled_call_stops_its_run_which_is_recorded_as_interrupted(tmp_path: Path) -> None:
+    (tmp_path / "waiter_tools.py").write_text(WAITING_TOOLS, encoding="utf-8")
+    agent = write_agent(tmp_path, WAITING_AGENT, "waiter.yaml")
+    records = tmp_path / "runs.jsonl"
+
+    async def scenario() -> None:
+        with (tmp_path / "server.log").open("w") as log:
+            async with stdio_session(agent, log, "--records", str(records)) as client:
+                waiting = anyio.Event()
+
+                async def on_progress(
+                    done: float, total: float | None, message: str | None
+                ) -> None:
+                    if message == "calling tool wait":
+                        waiting.set()
+
+                async with anyio.create_task_group() as group:
+
+                    async def call() -> None:
+                        await client.call_tool("waiter.hold", {}, progress_callback=on_progress)
+
+                    group.start_soon(call)
+                    with anyio.fail_after(TIMEOUT_S):
+                        await waiting.wait()
+                    group.cancel_scope.cancel()  # the client gives up: notifications/cancelled
+
+    asyncio.run(scenario())
+    (record,) = [json.loads(line) for line in records.read_text().splitlines()]
+    assert record["status"] == "interrupted"
+    # Stopped by the cancellation, not by the shutdown's grace period running out.
+    assert "in flight" not in (tmp_path / "server.log").read_text()
