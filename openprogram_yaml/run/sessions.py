@@ -182,7 +182,19 @@ class SessionStore:
 
     def get(self, name: str) -> SessionInfo | None:
         """The session called ``name``, or None."""
-        return next((s for s in self.sessions() if s.name == name), None)
+        if not self.path.exists():
+            return None
+        row = (
+            self._connect()
+            .execute(
+                "SELECT s.name, s.agent, s.method, s.created_at, s.updated_at, "
+                "(SELECT COUNT(*) FROM messages m WHERE m.session = s.name) "
+                "FROM sessions s WHERE s.name = ?",
+                (name,),
+            )
+            .fetchone()
+        )
+        return None if row is None else SessionInfo(*row)
 
     def require(self, name: str) -> SessionInfo:
         """The session called ``name``; a ``UsageError`` listing the others when missing."""

@@ -262,6 +262,21 @@ def test_the_files_reload_while_chatting_and_commands_answer(tmp_path: Path) -> 
         term.wait_for(PROMPT)
         term.type("/model\r")
         term.wait_for("model: test")
+        term.type("/model nope:x\r")
+        term.wait_for("model: nope:x")
+        term.wait_for(PROMPT)
+        term.type("hi\r")
+        shown = term.wait_for("nope:x")
+        assert "error: " in shown and "Traceback" not in shown, shown
+        term.wait_for(PROMPT)
+        term.type("/model test\r")
+        term.wait_for("model: test")
+        term.wait_for(PROMPT)
+        term.type("dropped\x03")  # Ctrl-C at the prompt drops the line
+        term.wait_for(PROMPT)
+        term.type("again\r")
+        term.wait_for("test reply to: v2 again")
+        term.wait_for(PROMPT)
         term.type("/help\r")
         term.wait_for("/reset")
         term.type("/save saved.jsonl\r")
@@ -278,6 +293,8 @@ def test_the_files_reload_while_chatting_and_commands_answer(tmp_path: Path) -> 
         "test reply to: v1 hi",
         "hi",
         "test reply to: v2 hi",
+        "again",
+        "test reply to: v2 again",
     ]
     assert main(["sessions", "-p", str(tmp_path)]) == 0
 
