@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ErrorReason
+from ..json_types import JSONObject
 from ..redaction import env_secrets, secrets_in_options
 from ..runtime.context import current_method, current_test
 from ..runtime.toolgate import RECORDED_TOOL_RESULTS
@@ -206,6 +207,22 @@ class ReplaySelector:
 
     def select(self, model_ref: str) -> ReplayRuntime:
         return self.runtime
+
+    def recorded_tools(self) -> list[JSONObject]:
+        """The spec of every tool the recorded requests offered: what a replay offers for
+        tools whose listing would take starting something (an MCP server's), since a replay
+        starts nothing (their calls are answered from the recordings)."""
+        store = self.runtime._store(self.directory)
+        if isinstance(store, ConfigError):
+            return []  # the first turn says what is wrong with the folder
+        found: dict[str, JSONObject] = {}
+        for recordings in store.by_label.values():
+            for recording in recordings.values():
+                tools = recording.request.get("tools")
+                for tool in tools if isinstance(tools, list) else ():
+                    if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                        found.setdefault(str(tool["name"]), tool)
+        return list(found.values())
 
     async def aclose(self) -> None:
         await self.runtime.aclose()

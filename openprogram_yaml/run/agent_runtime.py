@@ -5,7 +5,7 @@ open, when the selector is shared by the runs of a version: ``run.shared_runtime
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..runtime import Runtime
@@ -51,6 +51,20 @@ async def server_tools(agent: Agent) -> list[object]:
     return found
 
 
+async def _agent_tools(agent: Agent, selector: RuntimeSelectorProtocol) -> Sequence[object]:
+    """The agent's tools, with its MCP servers' (a replay starts no server: it offers their
+    tools as the recorded requests did, and the recordings answer their calls)."""
+    if not agent.tool_servers:
+        return agent.tools
+    from ..recording.replay import ReplaySelector
+
+    if isinstance(selector, ReplaySelector):
+        recorded = selector.recorded_tools()
+        replayed = [tool for s in agent.tool_servers for tool in s.replayed_tools(recorded)]
+        return [*agent.tools, *replayed]
+    return [*agent.tools, *await server_tools(agent)]
+
+
 @contextlib.asynccontextmanager
 async def open_runtime(
     agent: Agent,
@@ -73,15 +87,18 @@ async def open_runtime(
     ``asker`` answers questions and confirmations (None: nobody is there).
     ``on_event`` is told what happens as it happens (``run.events`` names the events).
     """
-    try:
-        tools = [*agent.tools, *await server_tools(agent)] if agent.tool_servers else agent.tools
-    except BaseException:
-        if shared is None:
-            await close_tools(agent)
-        raise
     selector: RuntimeSelectorProtocol = selector_for(agent) if shared is None else shared
     if wrap_selector is not None:
         selector = wrap_selector(selector)
+    try:
+        tools = await _agent_tools(agent, selector)
+    except BaseException:
+        try:
+            await selector.aclose()
+        finally:
+            if shared is None:
+                await close_tools(agent)
+        raise
     runtime = Runtime(
         model=agent.model or "default",
         max_retries=agent.retry.max_retries,

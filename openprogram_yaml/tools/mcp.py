@@ -31,7 +31,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from mcp.client import Transport
     from mcp.client._transport import TransportStreams
     from mcp.types import CallToolResult, ContentBlock
-    from mcp.types import Tool as RemoteTool
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -120,14 +119,20 @@ class McpTool(ConfiguredTool):
 
     kind = "mcp"
 
-    def __init__(self, server: McpServer, remote: RemoteTool) -> None:
-        super().__init__(
-            _tool_name(server.name, remote.name), remote.description or "", remote.input_schema
-        )
+    def __init__(
+        self,
+        server: McpServer,
+        remote_name: str,
+        description: str,
+        parameters: Mapping[str, JSONValue],
+        *,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name or _tool_name(server.name, remote_name), description, parameters)
         self.server = server
         #: The tool's name on the server.
-        self.remote_name = remote.name
-        self.confirm = server.confirms(remote.name)
+        self.remote_name = remote_name
+        self.confirm = server.confirms(remote_name)
 
     async def _run(self, arguments: JSONObject) -> object:
         result = await self.server.call(self.remote_name, self.name, arguments)
@@ -335,7 +340,7 @@ class McpServer:
         while True:
             page = await client.list_tools(cursor=cursor)
             for remote in page.tools:
-                tool = McpTool(self, remote)
+                tool = McpTool(self, remote.name, remote.description or "", remote.input_schema)
                 if tool.name in tools:
                     raise ToolError(
                         f"two of its tools are both named {tool.name!r} here "
@@ -345,6 +350,22 @@ class McpServer:
             cursor = page.next_cursor
             if cursor is None:
                 return tuple(tools.values())
+
+    def replayed_tools(self, offered: Iterable[Mapping[str, JSONValue]]) -> tuple[McpTool, ...]:
+        """The server's tools as recorded requests offered them (``offered``: tool specs,
+        ``{"name", "description", "parameters"}``), for a replay, which starts no server: its
+        calls are answered from the recordings. Tools of other servers are left out."""
+        prefix = self.name + SEPARATOR
+        tools: dict[str, McpTool] = {}
+        for spec in offered:
+            name, parameters = spec.get("name"), spec.get("parameters")
+            if not isinstance(name, str) or not name.startswith(prefix) or name in tools:
+                continue
+            schema = parameters if isinstance(parameters, Mapping) else {"type": "object"}
+            description = str(spec.get("description") or "")
+            # The server's own name is not recorded; the part after the prefix stands in.
+            tools[name] = McpTool(self, name[len(prefix) :], description, schema, name=name)
+        return tuple(tools.values())
 
     async def call(
         self, remote: str, shown: str, arguments: Mapping[str, JSONValue]

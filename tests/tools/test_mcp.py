@@ -514,3 +514,22 @@ def test_every_env_value_of_a_server_is_kept_secret_whatever_the_variable_is_cal
     assert record.status == "ok", record.error
     assert "files__secret" in record.to_json()
     assert "db-passphrase" not in record.to_json()
+
+
+def test_a_replay_answers_from_the_recording_and_starts_no_server(tmp_path: Path) -> None:
+    path = _agent(tmp_path)
+    recordings = tmp_path / "recordings"
+    env = {**os.environ, "OPENPROGRAM_NOTES_TOKEN": "tok-s3cret"}
+    cli = [sys.executable, "-m", "openprogram_yaml", str(path), "read", "--live-tools", "--json"]
+    recorded = subprocess.run(
+        [*cli, "--record", str(recordings)], capture_output=True, text=True, env=env, cwd=REPO
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    # The server cannot start any more: a replay that tried would fail.
+    (tmp_path / "servers" / "notes_server.py").write_text("raise SystemExit('started!')\n")
+    replayed = subprocess.run(
+        [*cli, "--replay", str(recordings)], capture_output=True, text=True, env=env, cwd=REPO
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    assert "files__read_note: no note 'test'" in replayed.stdout
+    assert "started!" not in replayed.stdout + replayed.stderr
