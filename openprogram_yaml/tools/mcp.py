@@ -20,6 +20,9 @@ Failures: a server that cannot start is a ``ToolError`` from ``tools()`` (the ru
 says why); one that dies during a call, does not answer within ``timeout_s``, or answers with
 ``isError`` makes that call fail (the model sees the error). A server that stopped starts
 again on the next run.
+
+A replay starts no server: ``replayed_tools`` gives the tools the recorded requests offered,
+and the recordings answer their calls.
 """
 
 from __future__ import annotations
