@@ -310,3 +310,32 @@ def test_a_method_with_several_inputs_asks_to_fix_the_others(
     assert main(["chat", str(tmp_path / "pal.yaml"), "brief", "-i", "tone=dry"]) == 2
     assert "error: chat needs a terminal" in capsys.readouterr().err
     assert not (tmp_path / ".openprogram" / "sessions.db").exists()
+
+
+TOOLS_AGENT = """\
+version: 1
+name: helper
+model: test
+tools:
+  lookup:
+    python: helper_tools:lookup
+methods:
+  ask:
+    inputs: {question: {type: string}}
+    prompt: "{{ question }}"
+"""
+
+
+def test_tool_calls_show_as_one_line_events_in_the_chat(tmp_path: Path) -> None:
+    (tmp_path / "helper_tools.py").write_text(
+        'def lookup(topic: str) -> str:\n    """Look a topic up."""\n    return "found 3 notes"\n'
+    )
+    (tmp_path / "helper.yaml").write_text(TOOLS_AGENT)
+    with _chat(["helper.yaml"], tmp_path) as term:
+        term.wait_for(PROMPT)
+        term.type("what do we know?\r")
+        term.wait_for("→ lookup({")
+        term.wait_for("← lookup returned: found 3 notes")
+        term.wait_for("tool results: lookup: found 3 notes")
+        term.wait_for(PROMPT)
+        assert term.close() == 0
