@@ -20,6 +20,7 @@ before the compile began, or after) is not trusted, and the program is not kept.
 Where: ``$OPENPROGRAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/openprogram-yaml``, else
 ``~/.cache/openprogram-yaml``. ``OPENPROGRAM_CACHE=off`` turns the cache off. A program that
 holds a secret (a key or header value from the environment) is never written.
+``OPENPROGRAM_CACHE_DEBUG=1`` says on stderr why a compiled program was not kept.
 
 Programs are pickles, and Jinja's template code holds a pickle too: loading one runs code,
 so the folder must be one nobody else could have planted a file in. A folder that is
@@ -129,19 +130,22 @@ def store(
 
     Returns whether it was kept. Programs holding secrets, and programs whose files changed
     while they were compiled, are not; nor is anything kept when the folder cannot be.
+    With ``OPENPROGRAM_CACHE_DEBUG`` set, a program not kept says why on stderr.
     """
-    if any(agent.secrets for agent in program.agents.values()):
-        return False
     env = os.environ if environ is None else environ
+    if any(agent.secrets for agent in program.agents.values()):
+        return _not_kept(env, "the program holds a secret from the environment")
     reads = program.reads
     settled = started_ns - RACY_NS
     if any(mtime_ns < 0 or mtime_ns >= settled for _, mtime_ns, _, _ in reads.files):
-        return False  # changed while it was compiled: its stamp cannot vouch for it
-    if reads.changed(env) is not None:
-        return False  # a lookup or a pattern found something else meanwhile
+        # Its stamp cannot vouch for it.
+        return _not_kept(env, "a file it read changed while it was compiled")
+    changed = reads.changed(env)
+    if changed is not None:
+        return _not_kept(env, f"what it read changed meanwhile ({changed})")
     folder = _usable_folder(environ, create=True, project=program.root)
     if folder is None:
-        return False
+        return _not_kept(env, "no usable cache folder")
     key = _key(path, env)
     manifest = {"format": _FORMAT, "key": key, "reads": reads.to_data()}
     try:
@@ -153,10 +157,19 @@ def store(
         write_atomically(folder / f"{key}.pickle", data, sync=False, mode=0o600)
         text = json.dumps(manifest, separators=(",", ":")).encode()
         write_atomically(folder / f"{key}.json", text, sync=False, mode=0o600)
-    except Exception:  # a full disk, or a program that does not pickle: it runs uncached
-        return False
+    except Exception as exc:  # a full disk, or a program that does not pickle: it runs uncached
+        return _not_kept(env, f"{type(exc).__name__}: {exc}")
     _prune(folder)
     return True
+
+
+def _not_kept(env: Mapping[str, str], reason: str) -> bool:
+    """False, saying why on stderr when ``OPENPROGRAM_CACHE_DEBUG`` is set: a program that
+    silently stops being kept (one that no longer pickles) would otherwise hide its bug
+    behind a slower start."""
+    if env.get("OPENPROGRAM_CACHE_DEBUG", "").strip().lower() not in ("", "0", "off", "no"):
+        print(f"compile cache: not kept: {reason}", file=sys.stderr)
+    return False
 
 
 def template_code_cache(

@@ -340,7 +340,8 @@ class ClientPool(Generic[C]):
 
     A connection pool belongs to the event loop it was opened on, so a client is kept per
     loop: a caller that runs each ``exec()`` in a fresh loop (or one loop per thread) still
-    gets a working client, and the common single-loop case is one identity check.
+    gets a working client, and the common single-loop case is one identity check. A pool
+    pickles as its factory alone (which must then pickle): the copy opens its own clients.
     """
 
     __slots__ = ("_clients", "_closed", "_current", "_factory", "_lock")
@@ -352,6 +353,11 @@ class ClientPool(Generic[C]):
         self._clients: dict[asyncio.AbstractEventLoop, C] = {}
         self._lock = threading.Lock()
         self._closed = False
+
+    def __reduce__(self) -> tuple[Callable[..., ClientPool[C]], tuple[Callable[[], C]]]:
+        # A copy (a compiled program kept on disk holds its http tools' pools) starts with
+        # no client: a connection belongs to the process and the loop that opened it.
+        return (type(self), (self._factory,))
 
     @property
     def closed(self) -> bool:

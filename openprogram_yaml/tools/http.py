@@ -19,12 +19,14 @@ values are treated as secrets: they are blanked out of every result and error.
 
 Requests go through the package's one production HTTP client (``providers.http_client``,
 aiohttp-backed), imported when a request is first made. The client is pooled per event loop
-and shared by the tools given the same ``HttpClients``; ``aclose()`` closes it.
+and shared by the tools given the same ``HttpClients``; ``aclose()`` closes it. A tool
+pickled (in the compile cache) keeps its configuration, not its connections.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -85,8 +87,11 @@ _CLIENT_SETTINGS = ClientSettings(max_connections=100, max_keepalive_connections
 
 
 def HttpClients() -> ClientPool[HTTPClient]:
-    """The pooled client HTTP tools share: one per event loop, closed by ``aclose()``."""
-    return ClientPool(lambda: make_client(_CLIENT_SETTINGS))
+    """The pooled client HTTP tools share: one per event loop, closed by ``aclose()``.
+
+    Its factory is a partial, not a lambda, so that the pool pickles (as an empty pool) with
+    the compiled program that holds the tool: the compile cache keeps such programs."""
+    return ClientPool(functools.partial(make_client, _CLIENT_SETTINGS))
 
 
 def _render_body(body: BodyTemplate, variables: Mapping[str, object]) -> object:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from loopback import LoopbackServer, json_reply
 from support import EXAMPLES, REPO
 
 from openprogram_yaml.compile import cache
@@ -202,6 +203,55 @@ def test_a_program_holding_a_secret_is_never_written(
     assert folder is not None
     assert not any(folder.iterdir())
     assert cache.load(path) is None
+
+
+HTTP_AGENT = """\
+version: 1
+name: shop
+model: test
+tools:
+  lookup:
+    description: Look an order up.
+    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
+    http: {url: "%s/orders/{{ id }}"}
+methods:
+  ask:
+    inputs: {q: {type: string}}
+    prompt: "Answer: {{ q }}"
+"""
+
+
+def test_an_agent_with_an_http_tool_is_kept_and_its_tool_still_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The tool's client pool (a live connection pool per event loop) is not kept: the
+    # program loaded from the cache opens its own on its first request.
+    with LoopbackServer() as server:
+        server.add(json_reply({"status": "shipped"}), json_reply({"status": "delivered"}))
+        path = tmp_path / "shop.yaml"
+        path.write_text(HTTP_AGENT % server.url)
+        settle(tmp_path)
+        run = [str(path), "ask", "-i", "q=where is A-1", "--json", "--live-tools"]
+        assert main(run) == 0
+        assert cache.load(path) is not None  # kept (before: it did not pickle)
+        assert main(run) == 0
+        assert [r.path for r in server.requests] == ["/orders/test", "/orders/test"]
+    outputs = capsys.readouterr().out
+    assert "shipped" in outputs and "delivered" in outputs
+
+
+def test_a_program_not_kept_says_why_when_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "fresh.yaml"
+    path.write_text(AGENT.replace("prompt_file: prompts/greet.j2", "prompt: hi"))
+    cache.compile_cached(path)  # written just now: too recent to be kept
+    assert capsys.readouterr().err == ""  # quiet unless asked
+    monkeypatch.setenv("OPENPROGRAM_CACHE_DEBUG", "1")
+    cache.compile_cached(path)
+    assert capsys.readouterr().err == (
+        "compile cache: not kept: a file it read changed while it was compiled\n"
+    )
 
 
 def test_a_broken_entry_is_compiled_again_and_replaced(agent: Path) -> None:
