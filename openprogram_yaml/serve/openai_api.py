@@ -50,7 +50,7 @@ from aiohttp import web
 from ..json_types import JSONObject, JSONValue
 from ..redaction import StreamRedactor, redact
 from ..run.record import RunRecord
-from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
+from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper, shown
 from .served_run import start_run, status_of
 from .sse import EventStream
 
@@ -153,7 +153,7 @@ def find_method(program: Program, name: str) -> Method:
     hint = f"did you mean {', '.join(repr(n) for n in near)}? " if near else ""
     raise OpenAIError(
         404,
-        f"The model '{_shown(name)}' does not exist: {hint}GET /v1/models lists the "
+        f"The model '{shown(name)}' does not exist: {hint}GET /v1/models lists the "
         "models (one per agent method, named agent.method).",
         code="model_not_found",
         param="model",
@@ -176,10 +176,6 @@ class ChatRequest:
 
 def _bad(message: str, param: str | None = None) -> OpenAIError:
     return OpenAIError(400, message, param=param)
-
-
-def _shown(value: str) -> str:
-    return value if len(value) <= 100 else value[:100] + "…"
 
 
 def parse_chat_request(body: object) -> ChatRequest:
@@ -231,7 +227,7 @@ def _content_text(content: object, where: str) -> str:
         for i, part in enumerate(content):
             if not isinstance(part, dict) or part.get("type") != "text":
                 kind = part.get("type") if isinstance(part, dict) else None
-                got = f" (got '{_shown(kind)}')" if isinstance(kind, str) else ""
+                got = f" (got '{shown(kind)}')" if isinstance(kind, str) else ""
                 raise _bad(f"{where}[{i}] must be a text part: only text is taken{got}.")
             text = part.get("text")
             if not isinstance(text, str):
@@ -255,12 +251,12 @@ def method_inputs(method: Method, text: str) -> dict[str, JSONValue]:
         if kind in (None, "string"):
             return {names[0]: text}
         try:
-            return {names[0]: _json(text)}
+            return {names[0]: _parse_json(text)}
         except ValueError:
             return {names[0]: text}  # the inputs schema says what is wrong with it
     example = ", ".join(f'"{n}": …' for n in names)
     try:
-        inputs = _json(text)
+        inputs = _parse_json(text)
     except ValueError as exc:
         raise _bad(
             f"Model '{method.agent}.{method.name}' takes inputs {', '.join(names)}: the last "
@@ -274,7 +270,7 @@ def method_inputs(method: Method, text: str) -> dict[str, JSONValue]:
     return inputs
 
 
-def _json(text: str) -> JSONValue:
+def _parse_json(text: str) -> JSONValue:
     try:
         value: JSONValue = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -449,7 +445,7 @@ async def _read_body(request: web.Request) -> object:
     if refusal is not None:
         raise OpenAIError(415, refusal.replace("the inputs", "the request"))
     try:
-        return _json(await request.text())
+        return _parse_json(await request.text())
     except (ValueError, UnicodeDecodeError) as exc:
         raise _bad(f"The body must be a JSON object ({exc}).") from None
 
