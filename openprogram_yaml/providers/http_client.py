@@ -93,6 +93,12 @@ class Reply(Protocol):
         """The body, piece by piece as it arrives."""
         ...
 
+    async def read(self) -> bytes:
+        """The whole body at once: only for a body whose size is known to be small (a
+        ``Content-Length`` within the caller's cap, and no ``Content-Encoding`` that could
+        inflate it)."""
+        ...
+
 
 class HTTPClient(Protocol):
     """One request, its reply read whole or as a stream; ``target`` is a path under the
@@ -185,6 +191,9 @@ class _AiohttpReply:
 
     def chunks(self) -> AsyncIterator[bytes]:
         return self._response.content.iter_any()
+
+    async def read(self) -> bytes:
+        return await self._response.read()
 
 
 class AiohttpClient:
@@ -295,6 +304,9 @@ class _HttpxReply:
 
     def chunks(self) -> AsyncIterator[bytes]:
         return self._response.aiter_bytes()
+
+    async def read(self) -> bytes:
+        return await self._response.aread()
 
 
 class HttpxClient:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import gzip
 import io
 import json
 import logging
@@ -308,6 +309,28 @@ def test_a_reply_without_a_length_is_cut_at_the_cap(server: LoopbackServer) -> N
     rt = _runtime(_openai(server.url, max_reply_bytes=2000), FakeClock(), on_stream=print)
     with pytest.raises(LLMError, match=r"larger than 2000 bytes \(max_reply_bytes\)"):
         rt.exec("hi")
+    rt.close()
+
+
+def test_a_small_compressed_reply_that_inflates_past_the_cap_is_refused(
+    server: LoopbackServer,
+) -> None:
+    # Its Content-Length is far under the cap; what it inflates to is counted, not trusted.
+    body = gzip.compress(json.dumps(chat_completion("x" * 100_000)).encode())
+    assert len(body) < 2000
+    headers = {"content-type": "application/json", "content-encoding": "gzip"}
+    server.add(Reply(200, body, headers))
+    rt = _runtime(_openai(server.url, max_reply_bytes=2000), FakeClock())
+    with pytest.raises(LLMError, match=r"larger than 2000 bytes \(max_reply_bytes\)"):
+        rt.exec("hi")
+    rt.close()
+
+
+def test_a_compressed_reply_within_the_cap_is_read(server: LoopbackServer) -> None:
+    body = gzip.compress(json.dumps(chat_completion("pong")).encode())
+    server.add(Reply(200, body, {"content-type": "application/json", "content-encoding": "gzip"}))
+    rt = _runtime(_openai(server.url), FakeClock())
+    assert rt.exec("hi") == "pong"
     rt.close()
 
 
