@@ -110,7 +110,6 @@ class ServedRun:
     """A run a route started: its task belongs to the ``RunService``."""
 
     task: asyncio.Task[RunRecord]
-    agent: Agent
 
     async def record(self) -> RunRecord:
         """The run's record once it ends. Shielded: the service finishes or interrupts the
@@ -150,7 +149,7 @@ def start_run(
         agent.name, method, inputs, model=model, trace=trace, on_event=on_event, history=history
     )
     task.add_done_callback(partial(_finished, state, trace, route, turn))
-    return ServedRun(task, agent)
+    return ServedRun(task)
 
 
 def _finished(
