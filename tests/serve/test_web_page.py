@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -25,7 +24,8 @@ from typing import Any
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from browser import launch_chromium
+from playwright.sync_api import Browser, Page, expect
 
 from openprogram_yaml.run.questions import PendingQuestions
 from openprogram_yaml.run.reload import ProgramHolder
@@ -36,17 +36,6 @@ from openprogram_yaml.serve.app import Server, ServeState
 
 #: How long the page may take to show what a test waits for (a run, a reload), in ms.
 WAIT_MS = 20_000
-
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--headless=new",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 TOOLS = '''
 def remove(path: str) -> str:
@@ -285,14 +274,7 @@ def test_the_page_and_its_files_are_served_with_a_strict_policy(served: Served) 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed; .ci/run installs it with apt")
-        pytest.skip("chromium is not installed (apt-get install chromium); CI fails instead")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+    yield from launch_chromium()
 
 
 @pytest.fixture
