@@ -466,3 +466,31 @@ def test_a_secret_a_reload_brings_is_redacted_at_once(
 
     agents = asyncio.run(scenario())
     assert agents["echo"]["description"] == "uses ***"
+
+
+def test_a_run_asked_for_while_the_server_shuts_down_is_refused_in_each_routes_shape(
+    tmp_path: Path,
+) -> None:
+    agent = write_agent(tmp_path)
+    chat = {"model": "echo.say", "messages": [{"role": "user", "content": "hi"}]}
+
+    async def scenario() -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with served(agent) as (state, client):
+            await state.service.shutdown(0)  # what Server.close does first
+            return (
+                await client.post("/run/echo/say", json={"x": "hi"}),
+                await client.post(
+                    "/run/echo/say", json={"x": "hi"}, headers={"Accept": "text/event-stream"}
+                ),
+                await client.post("/v1/chat/completions", json=chat),
+            )
+
+    plain, streamed, openai = asyncio.run(scenario())
+    for reply in (plain, streamed):
+        assert (reply.status_code, reply.json()) == (
+            503,
+            {"error": "the server is shutting down"},
+        )
+    assert openai.status_code == 503
+    assert openai.json()["error"]["message"] == "the server is shutting down"
+    assert openai.json()["error"]["type"] == "server_error"
