@@ -1,0 +1,233 @@
+"""Rows of a batch: read from JSON Lines, CSV or a JSON array, one row = one method's inputs.
+
+Files are read as a stream (a JSON array excepted, which is read whole: give a large
+dataset as JSON Lines), so a million-row input costs no more memory than a few rows. A line
+that is not what its format says stops the batch with ``FILE:LINE: what is wrong``
+(``BatchInputError``, exit 2): rows already finished are kept, and ``--resume`` goes on
+from them once the line is fixed.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import IO
+
+from ...errors import UsageError
+from ...json_types import JSONObject, JSONValue
+
+__all__ = [
+    "BatchInputError",
+    "BatchRow",
+    "input_digest",
+    "make_rows",
+    "read_rows",
+    "row_values",
+    "sniff_format",
+]
+
+#: A row's key: its index (0-based) or the value of its ``--key`` column.
+Key = str | int | float | bool | None
+
+
+class BatchInputError(UsageError):
+    """A row of the input cannot be read; the message starts with ``FILE:LINE:``."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRow:
+    """One row to run: its key, the method's inputs, their digest and where it came from."""
+
+    key: Key
+    inputs: JSONObject
+    digest: str
+    #: ``FILE:LINE`` (``FILE:#INDEX`` in a JSON array), for messages.
+    where: str
+
+
+def input_digest(inputs: Mapping[str, JSONValue]) -> str:
+    """A short digest of ``inputs`` (canonical JSON, keys sorted): a resumed batch runs a row
+    again when its inputs changed, even under the same key."""
+    text = json.dumps(inputs, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def sniff_format(name: str, first: str) -> str:
+    """``jsonl``, ``csv`` or ``json`` from the file name, else from its first character."""
+    lowered = name.lower()
+    for suffix, kind in ((".jsonl", "jsonl"), (".ndjson", "jsonl"), (".csv", "csv")):
+        if lowered.endswith(suffix):
+            return kind
+    stripped = first.lstrip("\ufeff \t\r\n")
+    if lowered.endswith(".json") or stripped.startswith("["):
+        return "json" if stripped.startswith("[") or not stripped else "jsonl"
+    return "jsonl" if stripped.startswith("{") else "csv"
+
+
+def read_rows(stream: IO[str], name: str, kind: str | None = None) -> Iterator[tuple[str, JSONObject]]:
+    """``(where, row)`` for each row of ``stream`` (named ``name`` in messages), in order.
+
+    ``kind`` is ``jsonl``, ``csv`` or ``json``; None sniffs it from the name and the first
+    line. Blank lines of JSON Lines are skipped. CSV values are strings (``row_values``
+    turns them into the inputs' types)."""
+    first = ""
+    if kind is None:
+        first = stream.readline()
+        kind = sniff_format(name, first)
+    if kind == "jsonl":
+        yield from _jsonl(first, stream, name)
+    elif kind == "csv":
+        yield from _csv(first, stream, name)
+    elif kind == "json":
+        yield from _json_array(first + stream.read(), name)
+    else:
+        raise UsageError(f"unknown input format {kind!r} (jsonl, csv or json)")
+
+
+def _jsonl(first: str, stream: IO[str], name: str) -> Iterator[tuple[str, JSONObject]]:
+    lines = stream if not first else _chain(first, stream)
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        torn = not line.endswith("\n")
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            what = "a torn line (it ends before its JSON does)" if torn else "not valid JSON"
+            raise BatchInputError(
+                f"{name}:{number}: {what}: {exc.msg} at column {exc.colno}"
+            ) from None
+        if not isinstance(value, dict):
+            raise BatchInputError(
+                f"{name}:{number}: a row must be a JSON object of input names to values, "
+                f"not {_kind(value)}"
+            )
+        yield f"{name}:{number}", value
+
+
+def _chain(first: str, rest: Iterable[str]) -> Iterator[str]:
+    yield first
+    yield from rest
+
+
+def _csv(first: str, stream: IO[str], name: str) -> Iterator[tuple[str, JSONObject]]:
+    lines: Iterable[str] = _chain(first, stream) if first else stream
+    reader = csv.reader(lines)
+    try:
+        header = next(reader)
+    except StopIteration:
+        return
+    except csv.Error as exc:
+        raise BatchInputError(f"{name}:1: not valid CSV: {exc}") from None
+    header = [h.lstrip("\ufeff").strip() for h in header]
+    if not any(header):
+        raise BatchInputError(f"{name}:1: the first line must name the columns")
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise BatchInputError(f"{name}:{reader.line_num}: not valid CSV: {exc}") from None
+        if not cells:
+            continue
+        if len(cells) != len(header):
+            raise BatchInputError(
+                f"{name}:{reader.line_num}: {len(cells)} values for {len(header)} columns "
+                f"({', '.join(header)})"
+            )
+        yield f"{name}:{reader.line_num}", dict(zip(header, cells, strict=True))
+
+
+def _json_array(text: str, name: str) -> Iterator[tuple[str, JSONObject]]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BatchInputError(
+            f"{name}:{exc.lineno}: not valid JSON: {exc.msg} at column {exc.colno}"
+        ) from None
+    if not isinstance(value, list):
+        raise BatchInputError(f"{name}:1: a JSON input must be an array of rows, not {_kind(value)}")
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise BatchInputError(
+                f"{name}:#{index}: a row must be a JSON object of input names to values, "
+                f"not {_kind(item)}"
+            )
+        yield f"{name}:#{index}", item
+
+
+def _kind(value: object) -> str:
+    return {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
+
+
+def row_values(
+    row: JSONObject,
+    where: str,
+    *,
+    inputs: Mapping[str, JSONValue],
+    renames: Mapping[str, str],
+    key_column: str | None,
+    from_text: bool,
+) -> tuple[Key, JSONObject]:
+    """A row's key (None: use its index) and the method's inputs from its columns.
+
+    ``renames`` maps a column to the input it fills (``--map col=input``; an empty input
+    drops the column). The key column is left out of the inputs unless the method declares
+    it. ``from_text`` (CSV): a value becomes JSON when it parses and its input is not a
+    string, as ``-i NAME=VALUE`` does. A column the method does not declare is an error
+    naming the line: a typo must not run a whole dataset with a value missing."""
+    key: Key = None
+    if key_column is not None:
+        if key_column not in row:
+            raise BatchInputError(f"{where}: no column '{key_column}' (--key)")
+        raw = row[key_column]
+        if isinstance(raw, dict | list):
+            raise BatchInputError(f"{where}: the key column '{key_column}' holds {_kind(raw)}")
+        key = raw
+    values: JSONObject = {}
+    unknown: list[str] = []
+    for column, value in row.items():
+        target = renames.get(column, column)
+        if not target:
+            continue
+        if target not in inputs:
+            if column != key_column:
+                unknown.append(column)
+            continue
+        values[target] = _typed(value, inputs[target]) if from_text else value
+    if unknown:
+        declared = ", ".join(sorted(inputs)) or "none"
+        raise BatchInputError(
+            f"{where}: column {', '.join(repr(c) for c in unknown)} is no input of the method "
+            f"(it declares: {declared}); rename it with --map COLUMN=INPUT or drop it with "
+            "--map COLUMN="
+        )
+    return key, values
+
+
+def _typed(value: JSONValue, schema: JSONValue) -> JSONValue:
+    if not isinstance(value, str) or (isinstance(schema, dict) and schema.get("type") == "string"):
+        return value
+    try:
+        parsed: JSONValue = json.loads(value)
+    except json.JSONDecodeError:
+        return value
+    return parsed
+
+
+def make_rows(
+    source: Iterable[tuple[str, JSONObject]],
+    convert: Callable[[JSONObject, str], tuple[Key, JSONObject]],
+    *,
+    start: int = 0,
+) -> Iterator[BatchRow]:
+    """``BatchRow`` for each ``(where, row)``; a row without a key gets its index."""
+    for index, (where, row) in enumerate(source, start=start):
+        key, values = convert(row, where)
+        yield BatchRow(index if key is None else key, values, input_digest(values), where)
