@@ -412,6 +412,8 @@ def _compile_test_file(
         col,
         file_doubles=doubles,
         file_live_tools=spec.live_tools,
+        judge_model=spec.judge_model,
+        embed_model=spec.embed_model,
     )
 
 

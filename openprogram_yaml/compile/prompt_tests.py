@@ -9,11 +9,15 @@ schemas are valid, JSON paths parse, the choice and the tools named exist, and a
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from ..runtime.toolgate import ToolDouble
 from ..runtime.validation import SchemaValidator
@@ -22,6 +26,7 @@ from ..spec.models import ExpectSpec, TestCaseSpec, ToolCallExpectSpec, ToolDoub
 from ..spec.positions import Position
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
+from .paths import display_path
 from .program import Agent
 
 __all__ = [
@@ -29,6 +34,8 @@ __all__ = [
     "Expectations",
     "ExpectedCall",
     "JsonPath",
+    "Judge",
+    "Similar",
     "ToolDoubles",
     "compile_doubles",
     "compile_tests",
@@ -86,6 +93,25 @@ class ExpectedCall:
 
 
 @dataclass(frozen=True, slots=True)
+class Judge:
+    """A ``judge`` expectation: a model grades the output against ``rubric`` (``run.evals``)."""
+
+    rubric: str
+    model: str | None
+    pass_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Similar:
+    """A ``similar`` expectation: the output's embedding is at least ``at_least`` (cosine)
+    like that of ``to``."""
+
+    to: str
+    at_least: float
+    model: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Expectations:
     """An ``expect:`` block, ready to check."""
 
@@ -101,6 +127,10 @@ class Expectations:
     tools_called: tuple[ExpectedCall, ...] = ()
     tools_not_called: tuple[str, ...] = ()
     error: str | None = None
+    judge: Judge | None = None
+    similar: Similar | None = None
+    #: The block as written (for reports).
+    written: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +150,9 @@ class CompiledTest:
     doubles: ToolDoubles = field(default_factory=dict)
     #: The person's scripted answers, in the order asked (None: nobody is there to ask).
     answers: tuple[Any, ...] | None = None
+    #: The test file's ``judge_model`` and ``embed_model`` (``run.evals`` picks the models).
+    judge_model: str | None = None
+    embed_model: str | None = None
 
     @property
     def id(self) -> str:
@@ -216,6 +249,13 @@ def _expectations(
         tools_called=tuple(called),
         tools_not_called=tuple(spec.tools_not_called or ()),
         error=spec.error,
+        judge=None
+        if spec.judge is None
+        else Judge(spec.judge.rubric, spec.judge.model, spec.judge.pass_at),
+        similar=None
+        if spec.similar is None
+        else Similar(spec.similar.to, spec.similar.at_least, spec.similar.model),
+        written=spec.model_dump(mode="json", exclude_unset=True, by_alias=True),
     )
 
 
@@ -279,6 +319,80 @@ def compile_doubles(
     return out
 
 
+def _dataset_cases(
+    case: TestCaseSpec, source: SourceMap, case_loc: Loc, base_file: Path, col: Collector
+) -> list[tuple[TestCaseSpec, SourceMap, Loc]]:
+    """The cases of ``case``'s dataset file (``cases:``), one a line, each with a source map
+    that places any problem at its line (``FILE:LINE``).
+
+    A line is a JSON object: the method's inputs, or ``{name, inputs, expect}`` (told apart
+    by an ``inputs`` key that is an object). Its ``expect`` keys replace the test's.
+    """
+    assert case.cases is not None
+    path = (base_file.parent / case.cases).resolve()
+    col.files.add(path)
+    shown = str(display_path(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else str(exc)
+        col.at(source, (*case_loc, "cases"), f"cannot read the cases file {shown}: {reason}")
+        return []
+    out: list[tuple[TestCaseSpec, SourceMap, Loc]] = []
+    before = len(col.diagnostics)
+    shared = case.expect.model_dump(exclude_unset=True, by_alias=True)
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = SourceMap(shown, values={(): (number, 1)})
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            col.at(where, (), f"not a JSON object: {exc}")
+            continue
+        if not isinstance(row, dict):
+            col.at(where, (), "a case is a JSON object: the inputs, or {name, inputs, expect}")
+            continue
+        structured = isinstance(row.get("inputs"), dict)
+        inputs = row["inputs"] if structured else row
+        name = str(row.get("name") or f"line {number}") if structured else f"line {number}"
+        expect: dict[str, Any] = dict(shared)
+        if structured:
+            unknown = sorted(set(row) - {"name", "inputs", "expect"})
+            if unknown:
+                col.at(
+                    where,
+                    (),
+                    f"unknown key {unknown[0]!r} in a case (a case is the inputs, or "
+                    "{name, inputs, expect})",
+                )
+                continue
+            extra = row.get("expect") or {}
+            if not isinstance(extra, dict):
+                col.at(where, (), "'expect' must be an object")
+                continue
+            expect.update(extra)
+        try:
+            spec = ExpectSpec.model_validate(expect)
+        except ValidationError as exc:
+            for error in exc.errors():
+                at = ".".join(str(part) for part in error["loc"])
+                col.at(where, (), f"expect.{at}: {error['msg']}")
+            continue
+        out.append(
+            (
+                case.model_copy(
+                    update={"name": f"{case.name} [{name}]", "inputs": inputs, "expect": spec}
+                ),
+                where,
+                (),
+            )
+        )
+    if not out and len(col.diagnostics) == before:
+        col.at(source, (*case_loc, "cases"), f"the cases file {shown} holds no cases")
+    return out
+
+
 def compile_tests(
     cases: Sequence[TestCaseSpec],
     agent: Agent,
@@ -290,69 +404,105 @@ def compile_tests(
     *,
     file_doubles: ToolDoubles | None = None,
     file_live_tools: bool = False,
+    judge_model: str | None = None,
+    embed_model: str | None = None,
 ) -> list[CompiledTest]:
     """The test cases at ``loc`` of ``source`` (a list), checked against ``agent``.
 
-    ``file_doubles`` and ``file_live_tools`` are the test file's; a case's own win.
+    ``file_doubles``, ``file_live_tools``, ``judge_model`` and ``embed_model`` are the test
+    file's; a case's own win. A case with ``cases:`` is one test a line of its dataset.
     """
     out: list[CompiledTest] = []
     names: dict[str, int] = {}
-    for i, case in enumerate(cases):
-        case_loc: Loc = (*loc, i)
-        before = len(col.diagnostics)
-        if case.name in names:
+    for i, listed in enumerate(cases):
+        listed_loc: Loc = (*loc, i)
+        if listed.name in names:
             col.at(
                 source,
-                (*case_loc, "name"),
-                f"two tests of agent '{agent.name}' are named '{case.name}' "
-                f"(the other is test {names[case.name] + 1}); names must be unique",
+                (*listed_loc, "name"),
+                f"two tests of agent '{agent.name}' are named '{listed.name}' "
+                f"(the other is test {names[listed.name] + 1}); names must be unique",
             )
-        names.setdefault(case.name, i)
-        method = agent.methods.get(case.method)
-        if method is None:
-            col.at(
-                source,
-                (*case_loc, "method"),
-                f"agent '{agent.name}' has no method '{case.method}'"
-                f"{did_you_mean(case.method, sorted(agent.methods))}",
+        names.setdefault(listed.name, i)
+        expanded = (
+            [(listed, source, listed_loc)]
+            if listed.cases is None
+            else _dataset_cases(listed, source, listed_loc, base_file, col)
+        )
+        for case, case_source, case_loc in expanded:
+            test = _compile_case(
+                case,
+                agent,
+                case_source,
+                case_loc,
+                base_file,
+                ctx,
+                col,
+                file_doubles=file_doubles,
+                file_live_tools=file_live_tools,
             )
-        else:
-            unknown = [k for k in case.inputs if k not in method.inputs]
-            for key in unknown:
-                col.at(
-                    source,
-                    (*case_loc, "inputs", key),
-                    f"method '{case.method}' has no input '{key}'"
-                    f"{did_you_mean(key, sorted(method.inputs))}",
-                    key=True,
+            if test is not None:
+                out.append(
+                    dataclasses.replace(test, judge_model=judge_model, embed_model=embed_model)
                 )
-            # A test that expects an error may hand the method invalid inputs on purpose:
-            # the run refuses them, and the test checks the message.
-            if not unknown and case.expect.error is None:
-                values = dict(case.inputs)
-                for name, schema in method.inputs.items():
-                    if name not in values and isinstance(schema, dict) and "default" in schema:
-                        values[name] = schema["default"]
-                for issue in method.input_validator.errors(values):
-                    col.at(source, (*case_loc, "inputs"), f"inputs do not match: {issue}")
-        expect = _expectations(
-            case.expect, agent, case.method, col, source, (*case_loc, "expect"), base_file, ctx
-        )
-        doubles = compile_doubles(case.tools, agent, source, (*case_loc, "tools"), col)
-        if expect is None or len(col.diagnostics) != before:
-            continue
-        out.append(
-            CompiledTest(
-                agent=agent.name,
-                name=case.name,
-                method=case.method,
-                inputs=dict(case.inputs),
-                model=case.model,
-                expect=expect,
-                where=source.at((*case_loc, "name")),
-                live_tools=file_live_tools if case.live_tools is None else case.live_tools,
-                doubles={**(file_doubles or {}), **doubles},
-                answers=None if case.answers is None else tuple(case.answers),
-            )
-        )
     return out
+
+
+def _compile_case(
+    case: TestCaseSpec,
+    agent: Agent,
+    source: SourceMap,
+    case_loc: Loc,
+    base_file: Path,
+    ctx: ProjectContext,
+    col: Collector,
+    *,
+    file_doubles: ToolDoubles | None,
+    file_live_tools: bool,
+) -> CompiledTest | None:
+    before = len(col.diagnostics)
+    method = agent.methods.get(case.method)
+    if method is None:
+        col.at(
+            source,
+            (*case_loc, "method"),
+            f"agent '{agent.name}' has no method '{case.method}'"
+            f"{did_you_mean(case.method, sorted(agent.methods))}",
+        )
+    else:
+        unknown = [k for k in case.inputs if k not in method.inputs]
+        for key in unknown:
+            col.at(
+                source,
+                (*case_loc, "inputs", key),
+                f"method '{case.method}' has no input '{key}'"
+                f"{did_you_mean(key, sorted(method.inputs))}",
+                key=True,
+            )
+        # A test that expects an error may hand the method invalid inputs on purpose:
+        # the run refuses them, and the test checks the message.
+        if not unknown and case.expect.error is None:
+            values = dict(case.inputs)
+            for name, schema in method.inputs.items():
+                if name not in values and isinstance(schema, dict) and "default" in schema:
+                    values[name] = schema["default"]
+            for issue in method.input_validator.errors(values):
+                col.at(source, (*case_loc, "inputs"), f"inputs do not match: {issue}")
+    expect = _expectations(
+        case.expect, agent, case.method, col, source, (*case_loc, "expect"), base_file, ctx
+    )
+    doubles = compile_doubles(case.tools, agent, source, (*case_loc, "tools"), col)
+    if expect is None or len(col.diagnostics) != before:
+        return None
+    return CompiledTest(
+        agent=agent.name,
+        name=case.name,
+        method=case.method,
+        inputs=dict(case.inputs),
+        model=case.model,
+        expect=expect,
+        where=source.at((*case_loc, "name")),
+        live_tools=file_live_tools if case.live_tools is None else case.live_tools,
+        doubles={**(file_doubles or {}), **doubles},
+        answers=None if case.answers is None else tuple(case.answers),
+    )

@@ -30,6 +30,7 @@ __all__ = [
     "DefaultsSpec",
     "ExecOptionsSpec",
     "ExpectSpec",
+    "JudgeSpec",
     "HistorySpec",
     "HttpToolSpec",
     "McpToolSpec",
@@ -38,6 +39,7 @@ __all__ = [
     "ProviderSpec",
     "RetrySpec",
     "RuntimeRuleSpec",
+    "SimilarSpec",
     "TestCaseSpec",
     "TestFileSpec",
     "ToolCallExpectSpec",
@@ -390,6 +392,35 @@ class RuntimeRuleSpec(_Spec):
     """Options for the runtime, e.g. base_url, api_key_env, headers, timeout_s."""
 
 
+class JudgeSpec(_Spec):
+    """A model grades the output against a rubric: a score from 0 to 1 and a reason."""
+
+    rubric: str
+    """What a good output does, in words, e.g. "Apologises once and names the refund"."""
+
+    model: str | None = None
+    """The model that grades (default: the test file's `judge_model`, else the model the
+    test runs on)."""
+
+    pass_at: Annotated[float, Field(ge=0, le=1)] = 0.7
+    """The lowest score that passes."""
+
+
+class SimilarSpec(_Spec):
+    """The output means about the same as a reference text: the cosine similarity of their
+    embeddings (the provider's embeddings endpoint) is at least `at_least`."""
+
+    to: str
+    """The reference text."""
+
+    at_least: Annotated[float, Field(ge=-1, le=1)] = 0.8
+    """The lowest similarity that passes."""
+
+    model: str | None = None
+    """The embeddings model (default: the test file's `embed_model`, else
+    `text-embedding-3-small` at the provider of the model the test runs on)."""
+
+
 class ToolCallExpectSpec(_Spec):
     """A tool call the run must have made."""
 
@@ -445,6 +476,14 @@ class ExpectSpec(_Spec):
     error: str | None = None
     """The run fails, and its error message contains this text."""
 
+    judge: JudgeSpec | None = None
+    """A model grades the output against a rubric, e.g. {rubric: "Polite, names the
+    refund", pass_at: 0.7}; its call is recorded and replayed like the run's."""
+
+    similar: SimilarSpec | None = None
+    """The output is close in meaning to a text, e.g. {to: "We refunded you.", at_least:
+    0.8}, by the cosine similarity of embeddings (recorded and replayed like model calls)."""
+
 
 class ToolDoubleSpec(_Spec):
     """What a doubled tool answers: `returns` a value or `raises` an error, for calls whose
@@ -487,6 +526,11 @@ class TestCaseSpec(_Spec):
     inputs: dict[str, Any] = Field(default_factory=dict)
     """The method's inputs."""
 
+    cases: str | None = None
+    """A dataset file (JSON Lines, relative to this file), one case a line: the method's
+    inputs, or {name, inputs, expect} (the line's `expect` keys replace this test's). Each
+    line is a test of its own, named after this one and its line."""
+
     model: str | None = None
     """Run on this model (default: the offline mode of `openprogram-run test`)."""
 
@@ -525,6 +569,13 @@ class TestFileSpec(_Spec):
 
     live_tools: bool = False
     """Run http and command tools for real under the offline `test` model in these tests."""
+
+    judge_model: str | None = None
+    """The model that grades `judge:` expectations of these tests (default: the model each
+    test runs on)."""
+
+    embed_model: str | None = None
+    """The embeddings model of `similar:` expectations of these tests."""
 
     tests: list[TestCaseSpec]
     """The test cases."""
