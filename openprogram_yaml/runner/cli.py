@@ -25,10 +25,12 @@ if TYPE_CHECKING:
     from ..runtimes.protocol import SelectorWrapper
     from .display import RunDisplay
     from .terminal_asker import TerminalAsker
+    from .testing import TestOutcome
 
 __all__ = ["main"]
 
 SUBCOMMANDS = (
+    "batch",
     "chat",
     "check",
     "lock",
@@ -59,6 +61,9 @@ Other commands:
                                    serve runs over HTTP (127.0.0.1), reloading on change
   openprogram-run mcp PATH [--http [--port N] [--host H --token T]] [--records FILE]
                                    serve the methods as MCP tools and prompts (stdio)
+  openprogram-run batch PATH METHOD --input FILE --output FILE [--resume]
+                  [--concurrency N] [--rpm N] [--tpm N] [--max-failures N] [--map COL=INPUT]
+                                   run a method over every row of a dataset (JSONL out)
   openprogram-run chat PATH [METHOD] [--session NAME]
                                    talk with a method; the conversation is kept as a session
   openprogram-run sessions [list|show|export|delete] [NAME]
@@ -444,6 +449,8 @@ def _refused_outputs(args: argparse.Namespace) -> bool:
     checks = [
         ("--trace", getattr(args, "trace", None), unwritable_file),
         ("--records", getattr(args, "records", None), unwritable_file),
+        ("--junit", getattr(args, "junit", None), unwritable_file),
+        ("--report", getattr(args, "report", None), unwritable_file),
     ]
     if getattr(args, "replay", None) is None:  # with --replay, --record is refused anyway
         checks.append(("--record", getattr(args, "record", None), unwritable_folder))
@@ -494,6 +501,13 @@ def _cmd_watch(args: argparse.Namespace) -> int:
             live_tools=args.live_tools,
         )
     )
+
+
+def _cmd_batch(argv: Sequence[str]) -> int:
+    from .batch import batch_command
+
+    _startup_done()
+    return batch_command(argv)
 
 
 def _cmd_chat(argv: Sequence[str]) -> int:
@@ -848,6 +862,31 @@ def _cmd_test(argv: Sequence[str]) -> int:
     p.add_argument("--record", metavar="DIR", type=Path, help="live, and record every reply")
     p.add_argument("--replay", metavar="DIR", type=Path, help="answer from recordings in DIR")
     p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
+    p.add_argument(
+        "--models",
+        metavar="A,B,C",
+        type=_model_list,
+        help="run every test on each of these models (live) and compare them in a table",
+    )
+    p.add_argument(
+        "--repeat",
+        metavar="N",
+        type=_positive_int,
+        default=1,
+        help="run each test N times and report the ones that pass only sometimes",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print every result and each model's summary as JSON"
+    )
+    p.add_argument(
+        "--junit", metavar="FILE", type=Path, help="also write the outcomes as JUnit XML for CI"
+    )
+    p.add_argument(
+        "--report",
+        metavar="FILE.html",
+        type=Path,
+        help="also write a self-contained HTML page: the models, each failure, its prompt",
+    )
     _add_otel_options(p)
     args = p.parse_args(argv)
     if _refused_outputs(args) or not _start_telemetry(args):
@@ -872,29 +911,82 @@ def _cmd_test(argv: Sequence[str]) -> int:
     if args.record and args.replay:
         _emit(sys.stderr, "error: --record and --replay do not go together")
         return 2
+    if args.model and args.models:
+        _emit(sys.stderr, "error: --model and --models do not go together (--models A,B)")
+        return 2
     replay = args.replay
     model: str | None = args.model
-    live = args.live or args.record is not None
+    # Graders (judge, embeddings) answer offline when the tests do.
+    judge_model: str | None = None
+    live = args.live or args.record is not None or args.models is not None
     if replay is None and model is None and not live:
         if program.recordings is not None and program.recordings.is_dir():
             replay = program.recordings
         else:
-            model = "test"
+            model = judge_model = "test"
     secrets = frozenset().union(*(run_secrets(a) for a in program.agents.values()))
     wrap = _selector_wrapper(args.record, replay, secrets)
+    out = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON alone
     outcomes = asyncio.run(
         run_tests(
             program,
             tests,
             model=model,
+            models=args.models,
+            repeat=args.repeat,
+            judge_model=judge_model,
             wrap_selector=wrap,
             live_tools=args.live_tools,
-            stream=_RedactingStream(sys.stdout, secrets),
-            progress=sys.stderr if sys.stderr.isatty() else None,
+            stream=_RedactingStream(out, secrets),
+            progress=sys.stderr if sys.stderr.isatty() and not args.json else None,
             verbose=args.verbose,
         )
     )
+    if args.json:
+        import json
+
+        from ..redaction import redact
+        from .testing import results_json
+
+        text = json.dumps(results_json(outcomes), ensure_ascii=False, default=repr)
+        _emit(sys.stdout, redact(text, secrets))
+    if not _wrote_reports(args, outcomes, secrets):
+        return 1
     return 0 if all(o.passed for o in outcomes) else 1
+
+
+def _wrote_reports(
+    args: argparse.Namespace, outcomes: list[TestOutcome], secrets: frozenset[str]
+) -> bool:
+    """Write ``test --junit`` and ``--report`` (when asked); whether every one was written."""
+    from .reports import html_report, junit_xml, write_report
+
+    wrote = True
+    if args.junit is not None:
+        xml = junit_xml(outcomes, secrets)
+        wrote &= _wrote(args.junit, lambda: write_report(args.junit, xml))
+    if args.report is not None:
+        page = html_report(outcomes, secrets, title=f"openprogram-run test {args.path}")
+        wrote &= _wrote(args.report, lambda: write_report(args.report, page))
+    return wrote
+
+
+def _model_list(text: str) -> list[str]:
+    """``--models a,b,c`` as a list (empty names left out)."""
+    models = [m.strip() for m in text.split(",") if m.strip()]
+    if not models:
+        raise argparse.ArgumentTypeError("name a model, e.g. --models gpt-4o,gpt-4o-mini")
+    return models
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 #: ``test``'s exit status when no test ran (pytest's too): neither a pass nor a failure,
@@ -1071,6 +1163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args and args[0] in SUBCOMMANDS:
             command = {
+                "batch": _cmd_batch,
                 "chat": _cmd_chat,
                 "sessions": _cmd_sessions,
                 "check": _cmd_check,
