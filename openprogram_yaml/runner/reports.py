@@ -18,18 +18,17 @@ from __future__ import annotations
 import html
 import json
 import re
-import statistics
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from .._file_writes import write_atomically
 from ..redaction import redact
+from ..run.evals import summarize
 from .testing import TestOutcome
 
-__all__ = ["ModelSummary", "html_report", "junit_xml", "summarize", "write_report"]
+__all__ = ["html_report", "junit_xml", "write_report"]
 
 #: What XML 1.0 cannot hold (control characters, lone surrogates, U+FFFE/FFFF); a model's
 #: output may carry them, and one would make the whole file unreadable to CI.
@@ -40,56 +39,16 @@ _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _SHOWN = 20_000
 
 
-def _model_of(outcome: TestOutcome) -> str:
-    record = outcome.record
-    model = record.model if record is not None else None
-    return model or outcome.test.model or "default"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSummary:
-    """One row of the matrix: how the cases went on one model."""
-
-    model: str
-    passed: int
-    failed: int
-    tokens: int
-    #: Dollars the model's calls cost; None when any call has no known price.
-    cost_usd: float | None
-    #: The median time a case took, in seconds.
-    p50_s: float
-
-    @property
-    def total(self) -> int:
-        return self.passed + self.failed
-
-    @property
-    def pass_rate(self) -> float:
-        return self.passed / self.total if self.total else 0.0
-
-
 def _by_model(outcomes: Iterable[TestOutcome]) -> dict[str, list[TestOutcome]]:
     groups: dict[str, list[TestOutcome]] = {}
     for outcome in outcomes:
-        groups.setdefault(_model_of(outcome), []).append(outcome)
+        groups.setdefault(outcome.model_label, []).append(outcome)
     return groups
 
 
-def summarize(outcomes: Iterable[TestOutcome]) -> list[ModelSummary]:
-    """The matrix: one row per model, in the order the models first ran."""
-    rows = []
-    for model, group in _by_model(outcomes).items():
-        records = [o.record for o in group if o.record is not None]
-        tokens = sum(int((r.usage or {}).get("total_tokens", 0)) for r in records)
-        costs = [r.cost.get("usd") if r.cost else None for r in records]
-        known = [c for c in costs if isinstance(c, (int, float))]
-        cost = float(sum(known)) if len(known) == len(costs) else None
-        times = [r.elapsed_s for r in records] or [0.0]
-        passed = sum(o.passed for o in group)
-        rows.append(
-            ModelSummary(model, passed, len(group) - passed, tokens, cost, statistics.median(times))
-        )
-    return rows
+def _case_name(outcome: TestOutcome, repeated: bool) -> str:
+    """The case's name; with ``--repeat``, which run of it."""
+    return f"{outcome.test.name} (run {outcome.attempt})" if repeated else outcome.test.name
 
 
 def _clean(text: str, secrets: frozenset[str]) -> str:
@@ -117,9 +76,25 @@ def _unexpected_error(outcome: TestOutcome) -> dict[str, object] | None:
     return record.error
 
 
+def _grade_lines(outcome: TestOutcome) -> list[str]:
+    """The graded expectations (judge, similar): score against what passes, and why."""
+    lines = []
+    for g in outcome.grades:
+        if g.skipped:
+            lines.append(f"{g.kind}: not graded (the offline test model does not judge)")
+            continue
+        score = "no score" if g.score is None else f"{g.score:.2f}"
+        why = g.error or g.reason
+        lines.append(f"{g.kind} ({g.model}): {score} (passes at {g.threshold:g}) {why}".rstrip())
+    return lines
+
+
 def _failure_text(outcome: TestOutcome) -> str:
     lines = [f"{outcome.test.id}  ({outcome.test.where})"]
     lines += [f"- {p}" for p in outcome.problems]
+    grades = _grade_lines(outcome)
+    if grades:
+        lines += ["", "grades:", *grades]
     got = _output_text(outcome)
     if got is not None:
         lines += ["", "got:", got]
@@ -134,6 +109,7 @@ def junit_xml(outcomes: Sequence[TestOutcome], secrets: frozenset[str] = frozens
     totals = {"tests": 0, "failures": 0, "errors": 0}
     all_time = 0.0
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    repeated = any(o.attempt > 1 for o in outcomes)
     for model, group in _by_model(outcomes).items():
         errors = sum(_unexpected_error(o) is not None for o in group)
         failures = sum(not o.passed for o in group) - errors
@@ -156,7 +132,7 @@ def junit_xml(outcomes: Sequence[TestOutcome], secrets: frozenset[str] = frozens
             case = ET.SubElement(
                 suite,
                 "testcase",
-                name=_clean(test.name, secrets),
+                name=_clean(_case_name(outcome, repeated), secrets),
                 classname=_clean(test.agent, secrets),
                 time=f"{outcome.record.elapsed_s if outcome.record else 0.0:.3f}",
             )
@@ -235,16 +211,24 @@ def html_report(
         f'<p id="totals">{len(outcomes) - len(failed)} passed, {len(failed)} failed '
         f"<span class=where>({datetime.now(UTC):%Y-%m-%d %H:%M} UTC)</span></p>",
         '<h2>Models</h2><table id="matrix"><thead><tr><th>model</th><th>passed</th>'
-        "<th>failed</th><th>pass rate</th><th>tokens</th><th>cost</th><th>p50</th>"
-        "</tr></thead><tbody>",
+        "<th>failed</th><th>pass rate</th><th>judge</th><th>tokens in</th><th>tokens out</th>"
+        "<th>cost</th><th>p50 latency</th></tr></thead><tbody>",
     ]
     for row in rows:
+        score = "-" if row.mean_score is None else f"{row.mean_score:.2f}"
         parts.append(
-            f"<tr><td>{_e(row.model, secrets)}</td><td>{row.passed}</td><td>{row.failed}</td>"
-            f"<td>{row.pass_rate:.0%}</td><td>{row.tokens}</td><td>{_money(row.cost_usd)}</td>"
-            f"<td>{row.p50_s:.2f} s</td></tr>"
+            f"<tr><td>{_e(row.model, secrets)}</td><td>{row.passed}</td>"
+            f"<td>{row.runs - row.passed}</td><td>{row.pass_rate:.0%}</td><td>{score}</td>"
+            f"<td>{row.input_tokens:,}</td><td>{row.output_tokens:,}</td>"
+            f"<td>{_money(row.usd)}</td><td>{row.p50_latency_s * 1000:.0f} ms</td></tr>"
         )
     parts.append("</tbody></table>")
+    for row in rows:
+        parts += [
+            f'<p class="flaky">flaky on {_e(row.model, secrets)}: {_e(case, secrets)} '
+            "(passed on some runs, failed on others)</p>"
+            for case in row.flaky
+        ]
     parts.append(f'<h2>Failures ({len(failed)})</h2><div id="failures">')
     if not failed:
         parts.append('<p class="ok">Every case passed.</p>')
@@ -252,11 +236,16 @@ def html_report(
         test = outcome.test
         parts.append(
             f'<section class="failure"><h3>{_e(test.id, secrets)} '
-            f'<span class="model">on {_e(_model_of(outcome), secrets)}</span> '
+            f'<span class="model">on {_e(outcome.model_label, secrets)}</span> '
             f'<span class="where">{_e(str(test.where), secrets)}</span></h3><ul>'
         )
         parts += [f'<li class="problem">{_e(p, secrets)}</li>' for p in outcome.problems]
         parts.append("</ul>")
+        grades = _grade_lines(outcome)
+        if grades:
+            parts.append('<h4>Grades</h4><ul class="grades">')
+            parts += [f"<li>{_e(line, secrets)}</li>" for line in grades]
+            parts.append("</ul>")
         got = _output_text(outcome)
         if got is not None:
             parts.append(f'<h4>What came</h4><pre class="got">{_e(got, secrets)}</pre>')
@@ -265,12 +254,18 @@ def html_report(
                 f'<h4>Rendered prompt</h4><pre class="prompt">{_e(outcome.prompt, secrets)}</pre>'
             )
         parts.append("</section>")
-    parts.append('</div><h2>Cases</h2><table id="cases"><tbody>')
+    parts.append(
+        '</div><h2>Cases</h2><table id="cases"><thead><tr><th>case</th><th>model</th>'
+        "<th>result</th><th>judge</th></tr></thead><tbody>"
+    )
+    repeated = any(o.attempt > 1 for o in outcomes)
     for outcome in outcomes:
         mark = '<td class="ok">pass</td>' if outcome.passed else '<td class="bad">FAIL</td>'
+        judged = outcome.judge_score
+        name = f"{outcome.test.agent}: {_case_name(outcome, repeated)}"
         parts.append(
-            f"<tr><td>{_e(outcome.test.id, secrets)}</td>"
-            f"<td>{_e(_model_of(outcome), secrets)}</td>{mark}</tr>"
+            f"<tr><td>{_e(name, secrets)}</td><td>{_e(outcome.model_label, secrets)}</td>{mark}"
+            f"<td>{'-' if judged is None else f'{judged:.2f}'}</td></tr>"
         )
     parts.append("</tbody></table></body></html>")
     return "\n".join(parts) + "\n"

@@ -79,7 +79,9 @@ def _run(repo: Path, *extra: str) -> int:
         return pool.submit(main, ["test", str(repo), *extra]).result()
 
 
-def test_junit_xml_has_a_suite_per_model_and_a_case_per_test(repo: Path, tmp_path: Path) -> None:
+def test_junit_xml_has_a_suite_per_model_and_a_case_per_test_that_ci_reads(
+    repo: Path, tmp_path: Path
+) -> None:
     junit = tmp_path / "out" / "junit.xml"
     junit.parent.mkdir()
     assert _run(repo, "--junit", str(junit)) == 1
@@ -91,11 +93,13 @@ def test_junit_xml_has_a_suite_per_model_and_a_case_per_test(repo: Path, tmp_pat
         assert set(element.attrib) <= SCHEMA[element.tag], (element.tag, element.attrib)
     assert root.tag == "testsuites"
     assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("6", "1", "1")
-    suites = {s.get("name"): s for s in root.findall("testsuite")}
-    assert set(suites) == {"test", "zzz:nobody"}
-    test = suites["test"]
-    assert (test.get("tests"), test.get("failures"), test.get("errors")) == ("5", "1", "0")
-    cases = {c.get("name"): c for c in test.findall("testcase")}
+    (suite,) = root.findall("testsuite")
+    assert suite.get("name") == "test"
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("6", "1", "1")
+    assert [p.attrib for p in suite.findall("properties/property")] == [
+        {"name": "model", "value": "test"}
+    ]
+    cases = {c.get("name"): c for c in suite.findall("testcase")}
     assert cases["replies are signed in the house style"].get("classname") == "replies"
     assert list(cases["replies are signed in the house style"]) == []
     failure = cases["a hostile reply fails <b>loudly</b>"].find("failure")
@@ -104,7 +108,7 @@ def test_junit_xml_has_a_suite_per_model_and_a_case_per_test(repo: Path, tmp_pat
     text = failure.text or ""
     assert "<script>alert(1)</script> ]]>" in text  # escaped in the file, whole when read
     assert "got:" in text and "rendered prompt:" in text and "***" in text
-    error = suites["zzz:nobody"].find("testcase/error")
+    error = cases["a model nobody serves"].find("error")
     assert error is not None and error.get("type") == "UsageError"
     assert error.get("message") == "no runtime serves model 'zzz:nobody'"
 
@@ -142,9 +146,8 @@ def test_the_html_report_shows_the_matrix_and_each_failure_as_text(
     assert requests == [report.as_uri()]  # self-contained: nothing else is fetched
     assert page.locator("#totals").inner_text().startswith("4 passed, 2 failed")
     rows = page.locator("#matrix tbody tr")
-    assert rows.count() == 2
-    assert rows.nth(0).locator("td").all_inner_texts()[:4] == ["test", "4", "1", "80%"]
-    assert rows.nth(1).locator("td").all_inner_texts()[:4] == ["zzz:nobody", "0", "1", "0%"]
+    assert rows.count() == 1
+    assert rows.nth(0).locator("td").all_inner_texts()[:4] == ["test", "4", "2", "67%"]
     failures = page.locator("#failures section.failure")
     assert failures.count() == 2
     hostile = failures.nth(0)
@@ -159,3 +162,19 @@ def test_the_html_report_shows_the_matrix_and_each_failure_as_text(
     assert "no runtime serves model 'zzz:nobody'" in unserved.locator("li.problem").inner_text()
     assert unserved.locator("pre.got").count() == 0
     context.close()
+
+
+def test_with_models_and_repeat_each_model_is_a_suite_and_each_run_a_case(
+    tmp_path: Path,
+) -> None:
+    junit = tmp_path / "junit.xml"
+    args = ["--models", "test,test:other", "--repeat", "2", "--junit", str(junit), "-k", "tone"]
+    assert _run(EXAMPLES / "support_repo", *args) == 0
+    root = ET.fromstring(junit.read_bytes())
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("4", "0", "0")
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["test", "test:other"]
+    assert [c.get("name") for c in suites[1].findall("testcase")] == [
+        "the formal tone reaches the prompt (run 1)",
+        "the formal tone reaches the prompt (run 2)",
+    ]
