@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import re
 import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InputValidationError, UsageError
 from ..json_types import JSONObject, JSONValue
 from ..redaction import redact
+from ..runtime.content import MediaError, media_block, media_types, media_value
 from ..runtime.validation import SchemaValidator
 from .build import ReadSet
 
@@ -35,6 +37,12 @@ __all__ = [
     "Program",
     "RetryPolicy",
 ]
+
+
+#: What a file input renders as in a template: cut out again into its content block.
+_FILE_MARK = "\ue000file:"
+_FILE_END = "\ue001"
+_FILE_SPLIT = re.compile(f"({_FILE_MARK}\\d+{_FILE_END})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +214,19 @@ class Method:
         for name, schema in self.inputs.items():
             if name not in values and isinstance(schema, dict) and "default" in schema:
                 values[name] = schema["default"]
+        unusable: list[str] = []
+        for name, accepted in self._file_inputs():
+            if name in values:
+                try:
+                    values[name] = media_value(values[name], accepted, f"input '{name}'")
+                except MediaError as exc:
+                    unusable.append(str(exc))
+        if unusable:
+            raise InputValidationError(
+                f"file inputs of method '{self.name}' of agent '{self.agent}' cannot be used; "
+                "pass a file with -i NAME=@PATH, or a data URL (data:TYPE;base64,DATA)",
+                unusable,
+            )
         issues = self.input_validator.errors(values)
         if issues:
             raise InputValidationError(
@@ -215,15 +236,54 @@ class Method:
             )
         return values
 
+    def _file_inputs(self) -> list[tuple[str, tuple[str, ...]]]:
+        """The inputs declared as files (``runtime.content.media_types``), with their types."""
+        found = []
+        for name, schema in self.inputs.items():
+            accepted = media_types(schema)
+            if accepted is not None:
+                found.append((name, accepted))
+        return found
+
     def render(self, inputs: Mapping[str, JSONValue]) -> list[JSONObject]:
-        """The content blocks for one call: instructions as a system block, then the prompt."""
+        """The content blocks for one call: instructions as a system block, then the prompt.
+
+        A file input (an image, a PDF, audio) becomes a content block where the prompt
+        places it (``{{ photo }}``): the template sees a marker that the text is cut at. A
+        file the prompt does not place follows the prompt's text; instructions cannot hold
+        one (a system prompt is text only).
+        """
         context = {**self.variables, **inputs}
+        files: dict[str, JSONObject] = {}
+        for name, _ in self._file_inputs():
+            value = inputs.get(name)
+            if isinstance(value, str):
+                mark = f"{_FILE_MARK}{len(files)}{_FILE_END}"
+                context[name] = mark
+                files[mark] = media_block(value)
         blocks: list[JSONObject] = []
         if self.instructions is not None:
             system = self.instructions.render(context)
+            if files and _FILE_MARK in system:
+                raise InputValidationError(
+                    f"method '{self.name}' of agent '{self.agent}' places a file input in its "
+                    "instructions; a system prompt is text only: place it in the prompt"
+                )
             if system.strip():
                 blocks.append({"type": "text", "role": "system", "text": system})
-        blocks.append({"type": "text", "text": self.prompt.render(context)})
+        text = self.prompt.render(context)
+        if not files:
+            blocks.append({"type": "text", "text": text})
+            return blocks
+        placed: set[str] = set()
+        for part in _FILE_SPLIT.split(text):
+            block = files.get(part)
+            if block is not None:
+                placed.add(part)
+                blocks.append(dict(block))
+            elif part:
+                blocks.append({"type": "text", "text": part})
+        blocks.extend(dict(block) for mark, block in files.items() if mark not in placed)
         return blocks
 
 

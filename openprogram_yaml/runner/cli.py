@@ -211,6 +211,7 @@ def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONVal
     import json
 
     from ..errors import UsageError
+    from ..runtime.content import MediaError, media_types, read_media_file
 
     inputs: dict[str, JSONValue] = {}
     if args.input_json:
@@ -234,6 +235,15 @@ def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONVal
         if not sep or not name:
             raise UsageError(f"-i {item!r}: write -i NAME=VALUE")
         schema = method.inputs.get(name)
+        accepted = media_types(schema)
+        if accepted is not None and value.startswith("@"):
+            # A file input: -i photo=@cat.png reads the file (a data URL or base64 is
+            # taken as given).
+            try:
+                inputs[name] = read_media_file(value[1:], accepted)
+            except MediaError as exc:
+                raise UsageError(f"-i {name}: {exc}") from None
+            continue
         wants_string = isinstance(schema, dict) and schema.get("type") == "string"
         if wants_string:
             inputs[name] = value

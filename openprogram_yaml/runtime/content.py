@@ -1,23 +1,233 @@
-"""Turning ``exec`` content (a string or content blocks) into the user message.
+"""Turning ``exec`` content (a string or content blocks) into the user message, and files
+(images, PDFs, audio) given as inputs into the content blocks that carry them.
 
 A text block with ``"role": "system"`` contributes to the system prompt instead; media blocks
-given by ``path`` are read and base64-encoded; unknown block types are skipped (the seed).
+given by ``path`` are read and base64-encoded. A block of a type no runtime knows is an
+error: dropping it would send the model something else than was asked.
+
+Files as inputs: an input declared ``{type: string, contentMediaType: image/png}`` (a
+pattern such as ``image/*`` too) or ``{type: string, format: image}`` (``audio``, ``pdf``,
+``file``) holds a file as a data URL (``data:image/png;base64,…``; plain base64 is read
+with the declared type, or the type its first bytes show). ``media_value`` checks and
+normalises one; ``media_block`` is the content block it becomes where a template places it.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import mimetypes
 import os
+import re
+import urllib.parse
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtimes.protocol import Message, RuntimeResult
 
-__all__ = ["render_content"]
+__all__ = [
+    "MAX_MEDIA_BYTES",
+    "MediaError",
+    "ToolContent",
+    "media_block",
+    "media_types",
+    "media_value",
+    "read_media_file",
+    "render_content",
+]
 
-_MEDIA = ("image", "video", "audio")
+_MEDIA = ("image", "video", "audio", "file")
+
+#: The largest file an input may carry (20 MiB of raw bytes): the providers take no more
+#: in one request, and every byte of it is held as base64 in memory and in the run record.
+MAX_MEDIA_BYTES = 20 * 1024 * 1024
+
+#: ``format:`` names that declare a file input, and the media types each one takes.
+FORMAT_MEDIA: dict[str, tuple[str, ...]] = {
+    "image": ("image/*",),
+    "audio": ("audio/*",),
+    "pdf": ("application/pdf",),
+    "file": ("image/*", "audio/*", "video/*", "application/pdf"),
+}
+
+#: What a ``contentMediaType`` must be for the input to be a file (other media types, say
+#: ``application/json``, describe text and stay plain strings).
+_FILE_MAJOR = ("image/", "audio/", "video/")
+
+#: The first bytes of the kinds of file the providers take: plain base64 names no type.
+_MAGIC: tuple[tuple[bytes, int, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", 0, "image/png"),
+    (b"\xff\xd8\xff", 0, "image/jpeg"),
+    (b"GIF87a", 0, "image/gif"),
+    (b"GIF89a", 0, "image/gif"),
+    (b"WEBP", 8, "image/webp"),
+    (b"%PDF-", 0, "application/pdf"),
+    (b"WAVE", 8, "audio/wav"),
+    (b"ID3", 0, "audio/mpeg"),
+    (b"\xff\xfb", 0, "audio/mpeg"),
+    (b"\xff\xf3", 0, "audio/mpeg"),
+)
+_DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?P<params>(?:;[^;,]*)*?);base64,", re.I)
+
+
+class MediaError(ValueError):
+    """A file input that cannot be used; the message says why and what to give instead."""
+
+
+def media_types(schema: object) -> tuple[str, ...] | None:
+    """The media types a file input takes (patterns like ``image/*``), or None when the
+    schema does not declare a file."""
+    if not isinstance(schema, Mapping) or schema.get("type") != "string":
+        return None
+    declared = schema.get("contentMediaType")
+    if isinstance(declared, str):
+        declared = declared.strip().lower()
+        if declared.startswith(_FILE_MAJOR) or declared == "application/pdf":
+            return (declared,)
+        return None
+    named = schema.get("format")
+    return FORMAT_MEDIA.get(named) if isinstance(named, str) else None
+
+
+def _accepts(accepted: Sequence[str], mime: str) -> bool:
+    for pattern in accepted:
+        if pattern == mime or (pattern.endswith("/*") and mime.startswith(pattern[:-1])):
+            return True
+    return False
+
+
+def _sniff(raw: bytes) -> str | None:
+    for magic, at, mime in _MAGIC:
+        if raw[at : at + len(magic)] == magic:
+            return mime
+    return None
+
+
+def _data_url(mime: str, raw_b64: str, filename: str | None) -> str:
+    name = f";name={urllib.parse.quote(filename, safe='')}" if filename else ""
+    return f"data:{mime}{name};base64,{raw_b64}"
+
+
+def _check_size(size: int, what: str) -> None:
+    if size > MAX_MEDIA_BYTES:
+        raise MediaError(
+            f"{what} is {size / 2**20:.1f} MiB; a file input takes at most "
+            f"{MAX_MEDIA_BYTES // 2**20} MiB"
+        )
+
+
+def _check_type(mime: str, accepted: Sequence[str], what: str) -> None:
+    if not _accepts(accepted, mime):
+        raise MediaError(f"{what} is {mime}; this input takes {', '.join(accepted)}")
+
+
+def media_value(value: JSONValue, accepted: Sequence[str], what: str = "the file") -> str:
+    """``value`` (a data URL, or plain base64) as a checked data URL of an accepted type.
+
+    Raises ``MediaError`` saying what is wrong: not base64, too large, the wrong type.
+    """
+    if not isinstance(value, str):
+        raise MediaError(f"{what} must be a data URL or base64 text, not {type(value).__name__}")
+    match = _DATA_URL.match(value)
+    mime: str | None = None
+    filename: str | None = None
+    encoded = value
+    if match is not None:
+        mime = match["type"].lower()
+        encoded = value[match.end() :]
+        for param in match["params"].split(";"):
+            key, _, val = param.partition("=")
+            if key.strip().lower() == "name" and val:
+                filename = urllib.parse.unquote(val)
+    elif value.startswith("data:"):
+        raise MediaError(f"{what} is a data URL without base64 data: write data:TYPE;base64,DATA")
+    encoded = "".join(encoded.split())
+    _check_size(len(encoded) * 3 // 4, what)
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise MediaError(
+            f"{what} is neither a data URL nor base64 "
+            "(give data:TYPE;base64,DATA, or the file's bytes in base64)"
+        ) from None
+    if mime is None:
+        exact = [a for a in accepted if not a.endswith("/*")]
+        mime = _sniff(raw) or (exact[0] if len(exact) == 1 else None)
+        if mime is None:
+            raise MediaError(
+                f"{what}: the type of this base64 data is not known; give a data URL "
+                "(data:TYPE;base64,DATA) naming it"
+            )
+    _check_type(mime, accepted, what)
+    return _data_url(mime, encoded, filename)
+
+
+def read_media_file(path: str | os.PathLike[str], accepted: Sequence[str]) -> str:
+    """The file at ``path`` as a data URL (its type from its name, else its first bytes).
+
+    Raises ``MediaError`` when it cannot be read, is too large or of a type not accepted.
+    """
+    where = Path(path)
+    what = f"file {str(path)!r}"
+    try:
+        _check_size(where.stat().st_size, what)
+        raw = where.read_bytes()
+    except OSError as exc:
+        raise MediaError(f"cannot read {what}: {exc.strerror or exc}") from None
+    _check_size(len(raw), what)
+    mime = _sniff(raw) or mimetypes.guess_type(where.name)[0] or "application/octet-stream"
+    _check_type(mime, accepted, what)
+    encoded = base64.b64encode(raw).decode("ascii")
+    return _data_url(mime, encoded, where.name)
+
+
+def media_block(data_url: str) -> JSONObject:
+    """The content block a checked data URL (``media_value``) becomes.
+
+    Images, audio and video are blocks of that type; other files (PDFs) are ``file``
+    blocks with a ``filename`` (the one the data URL names, or ``file.pdf``).
+    """
+    match = _DATA_URL.match(data_url)
+    if match is None:
+        raise MediaError("not a data URL with base64 data")
+    mime = match["type"].lower()
+    filename = None
+    for param in match["params"].split(";"):
+        key, _, val = param.partition("=")
+        if key.strip().lower() == "name" and val:
+            filename = urllib.parse.unquote(val)
+    major = mime.partition("/")[0]
+    kind = major if major in ("image", "audio", "video") else "file"
+    block: JSONObject = {"type": kind, "data": data_url[match.end() :], "mime_type": mime}
+    if kind == "file":
+        extension = mimetypes.guess_extension(mime) or ""
+        block["filename"] = filename or f"file{extension}"
+    return block
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContent:
+    """A tool result that is more than text: content blocks (text, images) in order.
+
+    A tool returns one to show the model an image (MCP tools do for image results). The
+    runtimes that take images in tool results send them there; the others say how they
+    carry them (``providers/openai.py``).
+    """
+
+    blocks: tuple[JSONObject, ...]
+
+    def text(self) -> str:
+        """The text blocks, with a short note for each other block (records, events)."""
+        parts: list[str] = []
+        for block in self.blocks:
+            if block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+            else:
+                size = len(str(block.get("data", ""))) * 3 // 4
+                parts.append(f"[{block.get('type')}: {block.get('mime_type')}, {size} bytes]")
+        return "\n".join(part for part in parts if part)
 
 
 def _media_block(block: Mapping[str, JSONValue]) -> JSONObject:
@@ -59,7 +269,11 @@ def render_content(content: str | Sequence[object]) -> tuple[Message, list[str]]
                 blocks.append(dict(block))
         elif kind in _MEDIA:
             blocks.append(_media_block(block))
-        # The seed: unknown block types are skipped silently.
+        else:
+            raise ValueError(
+                f"a content block of type {kind!r} cannot be sent: the types are text, "
+                f"{', '.join(_MEDIA)}"
+            )
     if len(blocks) == 1 and set(blocks[0]) == {"type", "text"}:
         return Message("user", str(blocks[0]["text"])), system
     return Message("user", blocks), system

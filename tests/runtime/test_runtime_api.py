@@ -91,7 +91,6 @@ def test_system_blocks_and_media(tmp_path: Path) -> None:
             {"type": "text", "text": "Extra rule.", "role": "system"},
             {"type": "text", "text": "Find the button."},
             {"type": "image", "path": str(image)},
-            {"type": "hologram", "data": "?"},
         ]
     )
     req = model.requests[0]
@@ -101,7 +100,15 @@ def test_system_blocks_and_media(tmp_path: Path) -> None:
     assert blocks[0] == {"type": "text", "text": "Find the button."}
     assert blocks[1]["mime_type"] == "image/png"
     assert base64.b64decode(blocks[1]["data"]) == b"\x89PNG fake"
-    assert len(blocks) == 2  # the unknown block type is skipped
+    assert len(blocks) == 2
+
+
+def test_an_unknown_block_type_is_refused_not_dropped() -> None:
+    model = ScriptedRuntime(["ok"])
+    rt = Runtime(runtimes=model)
+    with pytest.raises(ValueError, match="'hologram' cannot be sent"):
+        rt.exec([{"type": "text", "text": "Look."}, {"type": "hologram", "data": "?"}])
+    assert model.requests == []
 
 
 def test_bad_content_is_a_type_error() -> None:
