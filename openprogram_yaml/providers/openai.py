@@ -137,6 +137,34 @@ class OpenAIRuntime(HTTPRuntime):
         """Assembles ``chat.completion.chunk`` events."""
         return _ChunkAssembler(self.provider, on_delta)
 
+    # --- embeddings (``similar:`` expectations of tests) -------------------------------
+
+    async def embed(
+        self, texts: Sequence[str], *, model_ref: str | None = None
+    ) -> list[list[float]] | TurnFailure:
+        """One vector a text from ``/embeddings`` (OpenAI's and compatible servers'), in
+        the order given; a classified failure otherwise. Never raises."""
+        model = self.model_id(model_ref)
+        failure = self._precheck(model, {})
+        if failure is not None:
+            return failure
+        data = await self._post_json("/embeddings", {"model": model, "input": list(texts)}, None)
+        if isinstance(data, TurnFailure):
+            return data
+        try:
+            rows = sorted(data["data"], key=lambda row: int(row["index"]))
+            vectors = [[float(x) for x in row["embedding"]] for row in rows]
+        except (KeyError, TypeError, ValueError):
+            vectors = []
+        if len(vectors) != len(texts):
+            return TurnFailure(
+                ErrorReason.SERVER_ERROR.value,
+                f"{self.provider}: malformed embeddings reply (expected 'data' with "
+                f"{len(texts)} embeddings)",
+                False,
+            )
+        return vectors
+
 
 # --- request ---------------------------------------------------------------------------
 

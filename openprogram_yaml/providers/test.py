@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import json
 import re
+import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -258,6 +259,19 @@ class TestRuntime:
 
     def capabilities(self, model_ref: str | None = None) -> Capabilities:
         return Capabilities(tools=True, native_json_schema=True)
+
+    async def embed(
+        self, texts: Sequence[str], *, model_ref: str | None = None
+    ) -> list[list[float]]:
+        """Offline embeddings: each text's words counted into 64 buckets (by CRC-32), so
+        texts sharing words are alike and the same text always gets the same vector."""
+        vectors = []
+        for text in texts:
+            vector = [0.0] * 64
+            for word in re.findall(r"\w+", text.lower()):
+                vector[zlib.crc32(word.encode()) % 64] += 1.0
+            vectors.append(vector)
+        return vectors
 
     async def run_turn(
         self,

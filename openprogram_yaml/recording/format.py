@@ -40,6 +40,7 @@ __all__ = [
     "Redactor",
     "canonical_request",
     "capabilities_record",
+    "embeddings_request",
     "label_dir",
     "request_key",
     "response_record",
@@ -245,6 +246,12 @@ class Redactor:
 
 
 # --- recordings on disk ------------------------------------------------------------------
+
+
+def embeddings_request(texts: Sequence[str]) -> JSONObject:
+    """The recorded request of an embeddings call (``run.evals``): the texts alone, like a
+    turn's request without its model ref."""
+    return {"embed": list(texts)}
 
 
 def response_record(result: RuntimeResult) -> JSONObject:

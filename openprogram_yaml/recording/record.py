@@ -11,6 +11,7 @@ variables, and common key shapes.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -36,6 +37,7 @@ from .format import (
     Redactor,
     canonical_request,
     capabilities_record,
+    embeddings_request,
     label_dir,
     request_key,
     response_record,
@@ -94,6 +96,36 @@ class RecordingRuntime(WrappedRuntime):
             failure = TurnFailure(ErrorReason.UNKNOWN.value, message, False)
             return RuntimeResult(error=message, failure=failure, metadata=result.metadata)
         return result
+
+    async def embed(
+        self, texts: Sequence[str], *, model_ref: str | None = None
+    ) -> list[list[float]] | TurnFailure:
+        """The inner runtime's embeddings of ``texts``, recorded (request ``{embed: texts}``,
+        the vectors as the response's content, in JSON) when they came."""
+        embed = getattr(self.inner, "embed", None)
+        if embed is None:
+            return TurnFailure(
+                ErrorReason.INVALID_REQUEST.value,
+                f"the {self.runtime_id} runtime has no embeddings endpoint",
+                False,
+            )
+        vectors: list[list[float]] | TurnFailure = await embed(texts, model_ref=model_ref)
+        if isinstance(vectors, TurnFailure):
+            return vectors
+        try:
+            self._owner.write(
+                current_method.get(),
+                embeddings_request(texts),
+                RuntimeResult(content=json.dumps(vectors)),
+                model_ref=model_ref,
+                runtime_id=self.runtime_id,
+                capabilities=self.capabilities(model_ref),
+                secrets=self._secrets,
+            )
+        except (OSError, TypeError, ValueError) as exc:
+            message = f"recording: cannot write a recording to {self._owner.directory}: {exc}"
+            return TurnFailure(ErrorReason.UNKNOWN.value, message, False)
+        return vectors
 
     async def aclose(self) -> None:
         close = getattr(self.inner, "aclose", None)

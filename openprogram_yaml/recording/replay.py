@@ -11,6 +11,7 @@ answers them from the recording instead of running the tools again.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import threading
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -24,7 +25,14 @@ from ..runtime.context import current_method, current_test
 from ..runtime.toolgate import RECORDED_TOOL_RESULTS
 from ..runtimes.protocol import Capabilities, Message, RuntimeDelta, RuntimeResult, TurnFailure
 from ..runtimes.wrapping import stream_via_run_turn
-from .format import RecordingStore, Redactor, canonical_request, label_dir, request_key
+from .format import (
+    RecordingStore,
+    Redactor,
+    canonical_request,
+    embeddings_request,
+    label_dir,
+    request_key,
+)
 
 __all__ = ["ReplayRuntime", "ReplaySelector"]
 
@@ -148,6 +156,32 @@ class ReplayRuntime:
                 if text:
                     on_delta(RuntimeDelta(kind, text))
         return result
+
+    async def embed(
+        self, texts: Sequence[str], *, model_ref: str | None = None
+    ) -> list[list[float]] | TurnFailure:
+        """The recorded embeddings of ``texts``, or a failure saying what is missing."""
+        label = current_method.get()
+        folder = self._folder(model_ref)
+        if folder is None:
+            message = "replay: no recordings folder given; use --replay DIR"
+            return TurnFailure(ErrorReason.INVALID_REQUEST.value, message, False)
+        store = self._store(folder)
+        if isinstance(store, ConfigError):
+            message = f"replay: cannot read the recordings in {folder}:\n{store}"
+            return TurnFailure(ErrorReason.INVALID_REQUEST.value, message, False)
+        request = Redactor({*self.secrets, *env_secrets()}).data(embeddings_request(texts))
+        key = request_key(request)
+        recording = store.find(label_dir(label), key)
+        if recording is None:
+            message = self._missing(store, label, key, request)
+            return TurnFailure(ErrorReason.INVALID_REQUEST.value, message, False)
+        try:
+            vectors = json.loads(recording.result(model_ref).content)
+            return [[float(x) for x in vector] for vector in vectors]
+        except (TypeError, ValueError) as exc:
+            message = f"replay: the embeddings recorded in {recording.path} do not read: {exc}"
+            return TurnFailure(ErrorReason.INVALID_REQUEST.value, message, False)
 
     @staticmethod
     def _missing(

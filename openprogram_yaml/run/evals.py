@@ -13,6 +13,10 @@ the embeddings model (a runtime's ``embed``; OpenAI-compatible providers have on
 Anthropic has none and says so). Embeddings are recorded and replayed the same way, under
 the label ``embeddings``; the offline ``test`` model embeds by counting words.
 
+The offline ``test`` model does not judge (its answers are made up): under it a ``judge``
+expectation is skipped, and ``openprogram-run test`` says how many were; recordings made
+with ``--record`` grade them offline from then on.
+
 ``Grade`` is one graded expectation's result, ``ModelSummary`` one model's row of the
 matrix ``openprogram-run test --models`` prints (``summarize``).
 """
@@ -93,16 +97,18 @@ class Grade:
     error: str | None = None
     #: What the grading call cost (``run.costs``), apart from the run's own.
     cost: JSONObject | None = None
+    #: Not graded: the offline ``test`` model cannot judge (neither a pass nor a failure).
+    skipped: bool = False
 
     @property
     def passed(self) -> bool:
-        return self.score is not None and self.score >= self.threshold
+        return self.skipped or (self.score is not None and self.score >= self.threshold)
 
     def problem(self) -> str | None:
         """The line a failure report shows, None when it passed."""
         if self.error is not None:
             return f"could not grade ({self.kind}, {self.model}): {self.error}"
-        if self.passed:
+        if self.passed:  # or skipped
             return None
         if self.kind == "judge":
             return (
@@ -124,6 +130,7 @@ class Grade:
             "reason": self.reason,
             "error": self.error,
             "cost": self.cost,
+            "skipped": self.skipped,
         }
 
 
@@ -188,7 +195,10 @@ class _Grader:
         token = current_method.set(JUDGE_LABEL)
         try:
             answer = await runtime.async_exec(
-                [{"role": "system", "text": _JUDGE_SYSTEM}, {"role": "user", "text": prompt}],
+                [
+                    {"type": "text", "role": "system", "text": _JUDGE_SYSTEM},
+                    {"type": "text", "text": prompt},
+                ],
                 response_format=JUDGE_SCHEMA,
                 model=model,
                 tools=[],
@@ -260,6 +270,9 @@ async def grade_outcome(
             model = judge_override or judge_model(test, exp.judge, run_model)
             if model is None:
                 grades.append(Grade("judge", None, exp.judge.pass_at, "?", error="no judge model"))
+            elif model == "test" or model.startswith("test:"):
+                # Its scores are made up: a judged test is graded once recorded or live.
+                grades.append(Grade("judge", None, exp.judge.pass_at, model, skipped=True))
             else:
                 grades.append(await grader.judge(model, exp.judge, inputs, output))
         if exp.similar is not None:

@@ -345,6 +345,12 @@ async def run_tests(
     costs = [o.run_cost for o in outcomes]
     costs += [g.cost for o in outcomes for g in o.grades]
     stream.write(usage_line(sum_costs(costs)) + "\n")
+    skipped = sum(g.skipped for o in outcomes for g in o.grades)
+    if skipped:
+        stream.write(
+            f"{skipped} judge expectation{'' if skipped == 1 else 's'} not graded: the "
+            "offline test model does not judge (grade with --record DIR, or --live)\n"
+        )
     stream.write(f"{len(outcomes) - failed} passed, {failed} failed\n")
     if progress is not None:
         n = len(outcomes)
