@@ -273,6 +273,13 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
             "tool_use_id": message.tool_call_id or "",
             "content": message.text(),
         }
+        if not isinstance(message.content, str) and any(
+            b.get("type") != "text" for b in message.content
+        ):
+            # A tool result's content takes images and documents beside its text.
+            result["content"] = [
+                part for part in map(_tool_result_part, message.content) if part is not None
+            ]
         if message.is_error:
             result["is_error"] = True
         return [result]
@@ -313,7 +320,7 @@ def _block(block: Mapping[str, Any], role: str) -> dict[str, Any] | None:
     elif kind == "image" and role != "assistant":
         source = image_source(block)
         if source is None:
-            return None
+            raise Unsendable("an image block without data, url or path cannot be sent")
         if isinstance(source, str):
             out = {"type": "image", "source": {"type": "url", "url": source}}
         else:
@@ -321,16 +328,45 @@ def _block(block: Mapping[str, Any], role: str) -> dict[str, Any] | None:
                 "type": "image",
                 "source": {"type": "base64", "media_type": source[0], "data": source[1]},
             }
-    elif kind in ("audio", "video"):
-        raise Unsendable(
-            f"{'an' if kind == 'audio' else 'a'} {kind} block cannot be sent: the Messages API "
-            "takes text, images and documents"
-        )
+    elif kind == "file" and role != "assistant":
+        out = _document(block)
     elif kind in ("thinking", "redacted_thinking") and role == "assistant":
         # Thinking blocks (with their signatures) must go back unchanged with tool results.
         return dict(block)
+    elif role != "assistant":
+        shown = f"{'an' if kind == 'audio' else 'a'} {kind} block"
+        if kind not in ("audio", "video"):
+            shown = f"a {kind!r} block"
+        raise Unsendable(
+            f"{shown} cannot be sent: the Messages API takes text, images and PDF documents"
+        )
     if out is not None and block.get("cache_control"):
         out["cache_control"] = block["cache_control"]
+    return out
+
+
+def _tool_result_part(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        return _block(block, "user")
+    except Unsendable as exc:
+        # The tool's result is not the request's fault: the model is told what it could
+        # not be shown, and goes on.
+        return {"type": "text", "text": f"[not shown: {exc}]"}
+
+
+def _document(block: Mapping[str, Any]) -> dict[str, Any]:
+    # The Messages API reads PDFs as base64 ``document`` blocks.
+    mime = str(block.get("mime_type") or "").lower()
+    data = block.get("data")
+    if mime != "application/pdf" or not isinstance(data, str):
+        shown = f"a {mime} file" if mime else "a file without a mime_type"
+        raise Unsendable(f"{shown} cannot be sent: the Messages API takes PDF documents")
+    out: dict[str, Any] = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": mime, "data": data},
+    }
+    if block.get("filename"):
+        out["title"] = str(block["filename"])
     return out
 
 

@@ -177,10 +177,16 @@ def to_messages(prompt: str | Sequence[Message], system_prompt: str | None) -> l
     if isinstance(prompt, str):
         out.append({"role": "user", "content": prompt})
         return out
+    # Images tools returned: a tool message takes text only, so they follow the tool
+    # messages of a turn as one user message (none may stand between a call and its result).
+    shown: list[dict[str, Any]] = []
     for message in prompt:
         if isinstance(message, Mapping):
             message = Message(**message)
         role = message.role
+        if role != "tool" and shown:
+            out.append({"role": "user", "content": shown})
+            shown = []
         if role == "tool":
             text = message.text()
             if message.is_error and not text.lower().startswith("error"):
@@ -188,6 +194,7 @@ def to_messages(prompt: str | Sequence[Message], system_prompt: str | None) -> l
             out.append(
                 {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": text}
             )
+            shown.extend(_tool_media(message))
         elif role == "assistant":
             entry: dict[str, Any] = {"role": "assistant", "content": message.text() or None}
             if message.tool_calls:
@@ -206,7 +213,33 @@ def to_messages(prompt: str | Sequence[Message], system_prompt: str | None) -> l
             out.append({"role": "system", "content": message.text()})
         else:
             out.append({"role": "user", "content": _user_content(message.content)})
+    if shown:
+        out.append({"role": "user", "content": shown})
     return out
+
+
+def _tool_media(message: Message) -> list[dict[str, Any]]:
+    """The content parts of a tool result's non-text blocks, introduced by a text part."""
+    if isinstance(message.content, str):
+        return []
+    media = [b for b in message.content if b.get("type") != "text"]
+    if not media:
+        return []
+    name = f"tool {message.name!r}" if message.name else "a tool"
+    parts: list[dict[str, Any]] = [
+        {"type": "text", "text": f"What {name} returned (call {message.tool_call_id or '?'}):"}
+    ]
+    for block in media:
+        try:
+            converted = _user_content([block])
+        except Unsendable as exc:
+            # The tool's result is not the request's fault: the model is told what it
+            # could not be shown, and goes on.
+            parts.append({"type": "text", "text": f"[not shown: {exc}]"})
+            continue
+        if isinstance(converted, list):
+            parts.extend(converted)
+    return parts
 
 
 def _user_content(content: str | list[dict[str, Any]]) -> str | list[dict[str, Any]]:
@@ -220,15 +253,18 @@ def _user_content(content: str | list[dict[str, Any]]) -> str | list[dict[str, A
         elif kind == "image":
             source = image_source(block)
             if source is None:
-                continue
+                raise Unsendable("an image block without data, url or path cannot be sent")
             url = source if isinstance(source, str) else f"data:{source[0]};base64,{source[1]}"
             parts.append({"type": "image_url", "image_url": {"url": url}})
         elif kind == "audio":
             parts.append(_input_audio(block))
-        elif kind == "video":
+        elif kind == "file":
+            parts.append(_input_file(block))
+        else:
+            shown = "a video block" if kind == "video" else f"a {kind!r} block"
             raise Unsendable(
-                "a video block cannot be sent: Chat Completions takes text, images and "
-                "audio (wav, mp3)"
+                f"{shown} cannot be sent: Chat Completions takes text, images, PDF files "
+                "and audio (wav, mp3)"
             )
     # Servers that predate content parts (older llama.cpp, some proxies) take plain text.
     if all(p["type"] == "text" for p in parts):
@@ -253,6 +289,20 @@ def _input_audio(block: Mapping[str, Any]) -> dict[str, Any]:
         shown = f"{mime!r} audio" if mime else "audio without a mime_type"
         raise Unsendable(f"{shown} cannot be sent: Chat Completions takes wav and mp3 audio data")
     return {"type": "input_audio", "input_audio": {"data": data, "format": audio_format}}
+
+
+def _input_file(block: Mapping[str, Any]) -> dict[str, Any]:
+    # Chat Completions takes PDF files inline, as a data URL with a file name.
+    mime = str(block.get("mime_type") or "").lower()
+    data = block.get("data")
+    if mime != "application/pdf" or not isinstance(data, str):
+        shown = f"a {mime} file" if mime else "a file without a mime_type"
+        raise Unsendable(f"{shown} cannot be sent: Chat Completions takes PDF file data")
+    filename = str(block.get("filename") or "file.pdf")
+    return {
+        "type": "file",
+        "file": {"filename": filename, "file_data": f"data:{mime};base64,{data}"},
+    }
 
 
 def _tool(tool: ToolSpec) -> dict[str, Any]:

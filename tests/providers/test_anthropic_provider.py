@@ -713,3 +713,65 @@ def test_audio_and_video_are_refused_before_any_request(server: LoopbackServer, 
     assert result.error is not None and f"{kind} block cannot be sent" in result.error
     assert result.failure is not None and result.failure.reason == "invalid_request"
     assert server.requests == []
+
+
+# --- files and images -------------------------------------------------------------------------
+
+PDF_B64 = "JVBERi0xLjQ="
+
+
+def test_a_pdf_is_a_document_and_a_tool_result_carries_its_image(server: LoopbackServer) -> None:
+    server.add(json_reply(fixture_json("anthropic_message_text.json")))
+    pdf = {"type": "file", "data": PDF_B64, "mime_type": "application/pdf", "filename": "q3.pdf"}
+    prompt = [
+        Message("user", [{"type": "text", "text": "Summarise"}, pdf]),
+        Message("assistant", "", tool_calls=[ToolCall("toolu_1", "snap", "{}")]),
+        Message(
+            "tool",
+            [
+                {"type": "text", "text": "the screen"},
+                {"type": "image", "data": "iVBORw0KGgo=", "mime_type": "image/png"},
+                {"type": "audio", "data": "UklGRg==", "mime_type": "audio/wav"},
+            ],
+            tool_call_id="toolu_1",
+        ),
+    ]
+    result = run(turn(runtime_for(server), prompt, model_ref="anthropic:claude-sonnet-4-5"))
+    assert result.error is None
+    body = server.requests[0].json
+    assert_valid_request(MessageCreateParamsNonStreaming, body)
+    user, _, results = body["messages"]
+    assert user["content"][1] == {
+        "type": "document",
+        "source": {"type": "base64", "media_type": "application/pdf", "data": PDF_B64},
+        "title": "q3.pdf",
+    }
+    content = results["content"][0]["content"]
+    assert content[:2] == [
+        {"type": "text", "text": "the screen"},
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+        },
+    ]
+    # What the API cannot take from a tool is named to the model, not dropped.
+    assert content[2]["type"] == "text"
+    assert content[2]["text"].startswith("[not shown: an audio block cannot be sent")
+
+
+@pytest.mark.parametrize(
+    ("block", "words"),
+    [
+        ({"type": "file", "data": "aGk=", "mime_type": "text/plain"}, "a text/plain file"),
+        ({"type": "image"}, "an image block without data, url or path"),
+        ({"type": "hologram", "data": "AAAA"}, "a 'hologram' block"),
+    ],
+)
+def test_files_and_blocks_it_cannot_carry_are_refused_before_any_request(
+    server: LoopbackServer, block: dict[str, Any], words: str
+) -> None:
+    prompt = [Message("user", [{"type": "text", "text": "Read"}, block])]
+    result = run(turn(runtime_for(server), prompt, model_ref="anthropic:claude-sonnet-4-5"))
+    assert result.error is not None and f"{words} cannot be sent" in result.error
+    assert result.failure is not None and result.failure.reason == "invalid_request"
+    assert server.requests == []

@@ -639,3 +639,64 @@ def test_media_the_wire_format_cannot_carry_is_refused_before_any_request(
     assert result.failure is not None
     assert (result.failure.reason, result.failure.retryable) == ("invalid_request", False)
     assert server.requests == []
+
+
+# --- files and images -------------------------------------------------------------------------
+
+PDF_B64 = "JVBERi0xLjQ="
+
+
+def test_a_pdf_is_a_file_part_and_a_tool_image_follows_the_tool_messages(
+    server: LoopbackServer,
+) -> None:
+    server.add(json_reply(fixture_json("openai_chat_text.json")))
+    pdf = {"type": "file", "data": PDF_B64, "mime_type": "application/pdf", "filename": "q3.pdf"}
+    prompt = [
+        Message("user", [{"type": "text", "text": "Summarise"}, pdf]),
+        Message("assistant", "", tool_calls=[ToolCall("call_1", "snap", "{}")]),
+        Message(
+            "tool",
+            [
+                {"type": "text", "text": "the screen"},
+                {"type": "image", "data": "iVBORw0KGgo=", "mime_type": "image/png"},
+            ],
+            tool_call_id="call_1",
+            name="snap",
+        ),
+    ]
+    result = run(turn(runtime_for(server), prompt, model_ref="openai:gpt-4o"))
+    assert result.error is None
+    body = server.requests[0].json
+    assert_valid_request(CompletionCreateParamsNonStreaming, body)
+    user, _, tool, shown = body["messages"]
+    assert user["content"][1] == {
+        "type": "file",
+        "file": {"filename": "q3.pdf", "file_data": f"data:application/pdf;base64,{PDF_B64}"},
+    }
+    # A tool message takes text only: the image follows it, as a user message.
+    assert tool == {"role": "tool", "tool_call_id": "call_1", "content": "the screen"}
+    assert shown == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What tool 'snap' returned (call call_1):"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("block", "words"),
+    [
+        ({"type": "file", "data": "aGk=", "mime_type": "text/plain"}, "a text/plain file"),
+        ({"type": "image"}, "an image block without data, url or path"),
+        ({"type": "hologram", "data": "AAAA"}, "a 'hologram' block"),
+    ],
+)
+def test_files_and_blocks_it_cannot_carry_are_refused_before_any_request(
+    server: LoopbackServer, block: dict[str, Any], words: str
+) -> None:
+    prompt = [Message("user", [{"type": "text", "text": "Read"}, block])]
+    result = run(turn(runtime_for(server), prompt, model_ref="openai:gpt-4o"))
+    assert result.error is not None and result.error.startswith(f"openai: {words} cannot be sent")
+    assert result.failure is not None and result.failure.reason == "invalid_request"
+    assert server.requests == []
