@@ -3,7 +3,9 @@
 Run it as ``python benchmarks/chat_server.py --latency-ms 100``: it binds 127.0.0.1 on a
 free port and prints ``PORT <n>`` once it serves. Each reply waits ``latency`` first (the
 ``x-bench-latency-ms`` request header overrides it); a request with ``"stream": true`` gets
-server-sent ``chat.completion.chunk`` events, ``--chunks`` of them.
+server-sent ``chat.completion.chunk`` events, ``--chunks`` of them. A request offering tools
+whose last message is not a tool result is answered (unstreamed) with one call of the first
+tool, arguments ``{"text": "ping"}``; the next request (with the result) gets the text.
 """
 
 from __future__ import annotations
@@ -42,6 +44,34 @@ def _reply_text(body: dict[str, object]) -> str:
     return "pong"
 
 
+def _tool_call(model: str, name: str) -> dict[str, object]:
+    call = {
+        "id": "call_bench",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps({"text": "ping"})},
+    }
+    reply = _completion(model, "")
+    reply["choices"] = [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+            "finish_reason": "tool_calls",
+        }
+    ]
+    return reply
+
+
+def _wants_tool(body: dict[str, object]) -> str | None:
+    """The first offered tool's name, when the model should call it now."""
+    tools = body.get("tools")
+    messages = body.get("messages")
+    if not isinstance(tools, list) or not tools or not isinstance(messages, list):
+        return None
+    if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool":
+        return None
+    return str(tools[0]["function"]["name"])
+
+
 def make_app(latency_s: float, chunks: int) -> web.Application:
     async def chat(request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -50,6 +80,9 @@ def make_app(latency_s: float, chunks: int) -> web.Application:
         if delay > 0:
             await asyncio.sleep(delay)
         model = str(body.get("model", ""))
+        tool = _wants_tool(body)
+        if tool is not None:
+            return web.json_response(_tool_call(model, tool))
         text = _reply_text(body)
         if not body.get("stream"):
             return web.json_response(_completion(model, text))

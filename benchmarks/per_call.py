@@ -1,10 +1,19 @@
-"""Per-call overhead: 1,000 sequential calls through ``Runtime.exec`` in a warm process,
-beside the same calls made with bare aiohttp in the same run (loopback server, no latency).
+"""Per-call overhead: sequential calls through ``Runtime.exec`` in a warm process, beside
+bare aiohttp making the same HTTP exchanges in the same run (loopback server, no latency).
 
-Goal: ``Runtime.exec`` at most 1.3x bare aiohttp's time per call. Also shown, for the
-transport decision: httpx's default transport, bare and under ``Runtime.exec``.
+Three paths, each a batch's: plain text; a response schema (the reply parsed and validated);
+a tool round trip (the model calls a sync ``python:`` tool, then answers: two requests). The bare
+side sends the same bodies and reads the same replies (for the tool path: both requests,
+the tool called in line).
 
-    python benchmarks/per_call.py [--calls 1000] [--rounds 5]
+Each path is timed twice through the project: ``Runtime.exec`` (the Python API), and a
+compiled agent's method run as a batch runs its rows (``execute_run``, shared runtimes).
+
+Goal: every path at most 1.3x bare aiohttp's time per call. Also shown, for the transport
+decision: httpx's default transport, bare and under ``Runtime.exec`` (plain path).
+
+    python benchmarks/per_call.py [--calls 1000] [--rounds 5] [--no-httpx]
+        [--paths plain,schema,tools]
 """
 
 from __future__ import annotations
@@ -12,7 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import aiohttp
 import httpx
@@ -22,18 +35,54 @@ from openprogram_yaml.providers.openai import OpenAIRuntime
 from openprogram_yaml.runtime.runtime import Runtime
 from openprogram_yaml.runtimes.rules import RuntimeRule
 from openprogram_yaml.runtimes.select import RuntimeSelector
+from openprogram_yaml.tools.python import PythonTool
 
-BODY = json.dumps({"model": "bench", "messages": [{"role": "user", "content": "ping"}]})
 HEADERS = {"content-type": "application/json"}
+SCHEMA = {
+    "type": "object",
+    "properties": {"label": {"type": "string", "enum": ["billing", "bug", "other"]}},
+    "required": ["label"],
+    "additionalProperties": False,
+}
+USER = {"role": "user", "content": "ping"}
+PLAIN_BODY = json.dumps({"model": "bench", "messages": [USER]})
+SCHEMA_BODY = json.dumps(
+    {
+        "model": "bench",
+        "messages": [USER],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": SCHEMA, "strict": True},
+        },
+    }
+)
+TOOL_SPEC = {
+    "type": "function",
+    "function": {
+        "name": "echo",
+        "description": "Say the text back.",
+        "parameters": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
+    },
+}
+
+
+def echo(text: str) -> str:
+    """Say the text back."""
+    return text
 
 
 class Bare:
-    """Sequential POSTs with a bare client on a loop of its own, timed block by block."""
+    """Sequential exchanges with a bare client on a loop of its own, timed block by block."""
 
-    def __init__(self, url: str, kind: str) -> None:
+    def __init__(self, url: str, kind: str, path: str = "plain") -> None:
         self.loop = asyncio.new_event_loop()
-        self.url = url
+        self.url = f"{url}/chat/completions"
         self.kind = kind
+        self.path = path
         self.session: aiohttp.ClientSession | httpx.AsyncClient = self.loop.run_until_complete(
             self._open()
         )
@@ -43,19 +92,44 @@ class Bare:
             return aiohttp.ClientSession()
         return httpx.AsyncClient()
 
-    async def _one(self) -> str:
-        url = f"{self.url}/chat/completions"
+    async def _post(self, body: str) -> dict[str, object]:
         if isinstance(self.session, aiohttp.ClientSession):
-            async with self.session.post(url, data=BODY, headers=HEADERS) as r:
-                data = json.loads(await r.read())
-        else:
-            data = json.loads((await self.session.post(url, content=BODY, headers=HEADERS)).content)
-        return str(data["choices"][0]["message"]["content"])
+            async with self.session.post(self.url, data=body, headers=HEADERS) as r:
+                data: dict[str, object] = json.loads(await r.read())
+                return data
+        reply = await self.session.post(self.url, content=body, headers=HEADERS)
+        data = json.loads(reply.content)
+        return data
+
+    async def _one(self) -> object:
+        if self.path == "plain":
+            data = await self._post(PLAIN_BODY)
+            return data["choices"][0]["message"]["content"]  # type: ignore[index]
+        if self.path == "schema":
+            data = await self._post(SCHEMA_BODY)
+            return json.loads(data["choices"][0]["message"]["content"])  # type: ignore[index]
+        # tools: the call, the tool run in line, the answer.
+        first = {"model": "bench", "messages": [USER], "tools": [TOOL_SPEC]}
+        data = await self._post(json.dumps(first))
+        message = data["choices"][0]["message"]  # type: ignore[index]
+        call = message["tool_calls"][0]
+        result = echo(**json.loads(call["function"]["arguments"]))
+        second = {
+            "model": "bench",
+            "messages": [
+                USER,
+                message,
+                {"role": "tool", "tool_call_id": call["id"], "content": result},
+            ],
+            "tools": [TOOL_SPEC],
+        }
+        data = await self._post(json.dumps(second))
+        return data["choices"][0]["message"]["content"]  # type: ignore[index]
 
     async def _block(self, calls: int) -> float:
         start = time.perf_counter()
         for _ in range(calls):
-            assert await self._one() == "pong"
+            assert await self._one() in ("pong", {"label": "billing"})
         return time.perf_counter() - start
 
     def block(self, calls: int) -> float:
@@ -69,32 +143,113 @@ class Bare:
         self.loop.close()
 
 
-def exec_block(runtime: Runtime, calls: int) -> float:
-    start = time.perf_counter()
-    for _ in range(calls):
-        assert runtime.exec("ping") == "pong"
-    return time.perf_counter() - start
+class Exec:
+    """The same exchanges through ``Runtime.exec``, one path's arguments fixed."""
+
+    def __init__(self, runtime: Runtime, path: str = "plain") -> None:
+        self.runtime = runtime
+        # The tool kind a compiled agent's ``python:`` tool is (this file is its project).
+        tool = PythonTool("echo", None, None, "per_call:echo", Path(__file__).parent)
+        self.call: Callable[[], object] = {
+            "plain": lambda: runtime.exec("ping"),
+            "schema": lambda: runtime.exec("ping", response_format=SCHEMA),
+            "tools": lambda: runtime.exec("ping", tools=[tool]),
+        }[path]
+
+    def block(self, calls: int) -> float:
+        call = self.call
+        start = time.perf_counter()
+        for _ in range(calls):
+            assert call() in ("pong", {"label": "billing"})
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        self.runtime.close()
 
 
-def one_round(sides: dict[str, object], calls: int, block: int = 100) -> dict[str, float]:
+PROJECT = {
+    "openprogram.yaml": """\
+version: 1
+agents: [agents/*.yaml]
+providers:
+  bench: {runtime: openai, base_url: "%(url)s"}
+""",
+    "bench_tools.py": "def echo(text: str) -> str:\n    return text\n",
+    "agents/bench.yaml": """\
+version: 1
+name: bench
+model: bench:bench
+tools:
+  echo: {python: "bench_tools:echo"}
+methods:
+  plain: {inputs: {q: {type: string}}, prompt: "{{ q }}", toolset: none}
+  schema:
+    inputs: {q: {type: string}}
+    prompt: "{{ q }}"
+    toolset: none
+    response_schema: %(schema)s
+  tools: {inputs: {q: {type: string}}, prompt: "{{ q }}"}
+""",
+}
+
+
+class Method:
+    """The same exchanges as a compiled agent's method run the way a batch runs its rows:
+    ``execute_run`` with the runtimes of the program's version shared between runs."""
+
+    def __init__(self, folder: Path, url: str, path: str) -> None:
+        from openprogram_yaml.compile.project import compile_path
+        from openprogram_yaml.run.shared_runtimes import SharedRuntimes
+        from openprogram_yaml.run.version import VersionStamp
+
+        for name, text in PROJECT.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text % {"url": url, "schema": json.dumps(SCHEMA)})
+        self.program = compile_path(folder)
+        self.stamp = VersionStamp(self.program.version)
+        self.runtimes = SharedRuntimes()
+        self.shared = self.runtimes.acquire(self.program)
+        self.path = path
+        self.loop = asyncio.new_event_loop()
+
+    async def _block(self, calls: int) -> float:
+        from openprogram_yaml.run.execute import execute_run
+
+        start = time.perf_counter()
+        for _ in range(calls):
+            record = await execute_run(
+                self.program, self.stamp, "bench", self.path, {"q": "ping"}, shared=self.shared
+            )
+            assert record.output in ("pong", {"label": "billing"}), record.error
+        return time.perf_counter() - start
+
+    def block(self, calls: int) -> float:
+        return self.loop.run_until_complete(self._block(calls))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.runtimes.release(self.shared))
+        self.loop.run_until_complete(self.runtimes.aclose())
+        self.loop.close()
+
+
+def one_round(
+    sides: dict[str, Bare | Exec | Method], calls: int, block: int = 100
+) -> dict[str, float]:
     """Seconds per call for each side; the sides take turns, ``block`` calls at a time, so
     that noise from the rest of the machine falls on all of them alike."""
     totals = dict.fromkeys(sides, 0.0)
     for side in sides.values():  # warm: connections, first-use imports
-        if isinstance(side, Bare):
-            side.block(10)
-        else:
-            exec_block(side, 10)  # type: ignore[arg-type]
+        side.block(10)
     done = 0
     while done < calls:
         n = min(block, calls - done)
         for name, side in sides.items():
-            if isinstance(side, Bare):
-                totals[name] += side.block(n)
-            else:
-                totals[name] += exec_block(side, n)  # type: ignore[arg-type]
+            totals[name] += side.block(n)
         done += n
     return {name: total / calls for name, total in totals.items()}
+
+
+PATH_NAMES = {"plain": "plain text", "schema": "response schema", "tools": "tool round trip"}
 
 
 def main() -> None:
@@ -102,36 +257,58 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-httpx", action="store_true", help="skip the httpx comparison")
+    parser.add_argument("--paths", default="plain,schema,tools", help="which paths to time")
     args = parser.parse_args()
     n = args.calls
+    paths = [p for p in args.paths.split(",") if p]
     figures: dict[str, list[float]] = {}
-    with chat_server(latency_ms=0) as url:
+    with chat_server(latency_ms=0) as url, tempfile.TemporaryDirectory() as tmp:
         selector = RuntimeSelector(rules=[RuntimeRule("openai:*", "openai", {"base_url": url})])
-        sides: dict[str, object] = {
-            "aiohttp": Bare(url, "aiohttp"),
-            "exec": Runtime(model="openai:bench", runtimes=selector),
-        }
-        if not args.no_httpx:
+        runtime = Runtime(model="openai:bench", runtimes=selector)
+        sides: dict[str, Bare | Exec | Method] = {}
+        for path in paths:
+            sides[f"aiohttp/{path}"] = Bare(url, "aiohttp", path)
+            sides[f"exec/{path}"] = Exec(runtime, path)
+            sides[f"method/{path}"] = Method(Path(tmp) / path, url, path)
+        if not args.no_httpx and "plain" in paths:
             sides["httpx"] = Bare(url, "httpx")
-            sides["exec_httpx"] = Runtime(
-                model="openai:bench",
-                runtimes=OpenAIRuntime(base_url=url, transport=httpx.AsyncHTTPTransport()),
+            sides["exec_httpx"] = Exec(
+                Runtime(
+                    model="openai:bench",
+                    runtimes=OpenAIRuntime(base_url=url, transport=httpx.AsyncHTTPTransport()),
+                )
             )
         for _ in range(args.rounds):
             for name, value in one_round(sides, n).items():
                 figures.setdefault(name, []).append(value)
-        for side in sides.values():
-            side.close()  # type: ignore[attr-defined]
+        for name, side in sides.items():
+            if not name.startswith("exec/"):
+                side.close()
+        runtime.close()
     ms = {k: median(v) * 1000 for k, v in figures.items() if v}
-    ratios = [e / a for e, a in zip(figures["exec"], figures["aiohttp"], strict=True)]
-    ratio = median(ratios)
-    print(f"per_call: {n} sequential calls, median of {args.rounds} rounds (ms per call)")
-    report("bare aiohttp", f"{ms['aiohttp']:.3f} ms", "(baseline)")
-    report("Runtime.exec (aiohttp transport)", f"{ms['exec']:.3f} ms")
-    report("Runtime.exec / bare aiohttp", f"{ratio:.2f}x", "<= 1.3x", ratio <= 1.3)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"per_call: {n} sequential calls a path, median of {args.rounds} rounds (ms per call); "
+        f"load average {load} (a shared machine: other work runs beside)"
+    )
+    for path in paths:
+        bare = figures[f"aiohttp/{path}"]
+        label = PATH_NAMES[path]
+        report(f"{label}: bare aiohttp", f"{ms[f'aiohttp/{path}']:.3f} ms", "(baseline)")
+        for side, what in (("exec", "Runtime.exec"), ("method", "compiled method (batch)")):
+            ours = figures[f"{side}/{path}"]
+            ratio = median([e / a for e, a in zip(ours, bare, strict=True)])
+            report(
+                f"{label}: {what}",
+                f"{ms[f'{side}/{path}']:.3f} ms {ratio:.2f}x",
+                "<= 1.3x",
+                ratio <= 1.3,
+            )
     if "httpx" in ms:
         report("bare httpx (default transport)", f"{ms['httpx']:.3f} ms", "(for comparison)")
-        r2 = median([e / a for e, a in zip(figures["exec_httpx"], figures["aiohttp"], strict=True)])
+        r2 = median(
+            [e / a for e, a in zip(figures["exec_httpx"], figures["aiohttp/plain"], strict=True)]
+        )
         report(
             "Runtime.exec over httpx default / aiohttp",
             f"{ms['exec_httpx']:.3f} ms {r2:.2f}x",
