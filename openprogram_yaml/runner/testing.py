@@ -247,15 +247,19 @@ async def _run_one(
     outcome = TestOutcome(test, record=record, calls=calls, model=model, attempt=attempt)
     outcome.problems = check_expectations(test, record, calls)
     if record.error is None and test.expect.error is None:
-        outcome.grades = await grade_outcome(
-            program.agents[test.agent],
-            test,
-            test.inputs,
-            record.output,
-            run_model=record.model,
-            judge_override=judge_model,
-            wrap_selector=wrap_selector,
-        )
+        token = current_test.set(test.id)  # the graders' recordings name the test too
+        try:
+            outcome.grades = await grade_outcome(
+                program.agents[test.agent],
+                test,
+                test.inputs,
+                record.output,
+                run_model=record.model,
+                judge_override=judge_model,
+                wrap_selector=wrap_selector,
+            )
+        finally:
+            current_test.reset(token)
         outcome.problems += [p for g in outcome.grades if (p := g.problem()) is not None]
     if outcome.problems:
         outcome.prompt = _rendered_prompt(program, test)
@@ -341,16 +345,16 @@ async def run_tests(
     elapsed = time.perf_counter() - started
     if len(runs) > 1:
         stream.write(matrix_table(summarize(outcomes)))
-    # What the tests' model calls used and cost, before the count (its line stays the last).
-    costs = [o.run_cost for o in outcomes]
-    costs += [g.cost for o in outcomes for g in o.grades]
-    stream.write(usage_line(sum_costs(costs)) + "\n")
     skipped = sum(g.skipped for o in outcomes for g in o.grades)
     if skipped:
         stream.write(
             f"{skipped} judge expectation{'' if skipped == 1 else 's'} not graded: the "
             "offline test model does not judge (grade with --record DIR, or --live)\n"
         )
+    # What the tests' model calls used and cost, just before the count: the last two lines.
+    costs = [o.run_cost for o in outcomes]
+    costs += [g.cost for o in outcomes for g in o.grades]
+    stream.write(usage_line(sum_costs(costs)) + "\n")
     stream.write(f"{len(outcomes) - failed} passed, {failed} failed\n")
     if progress is not None:
         n = len(outcomes)

@@ -128,6 +128,7 @@ def test_the_offline_test_model_does_not_judge_and_says_so(
     assert main(["test", str(root)]) == 0
     out = capsys.readouterr().out
     assert "1 judge expectation not graded: the offline test model does not judge" in out
+    assert out.splitlines()[-2].startswith("tokens: ")
 
 
 SIMILAR = """\
@@ -321,3 +322,15 @@ def test_bad_matrix_options_are_refused(tmp_path: Path, capsys: pytest.CaptureFi
     assert "expected a whole number of at least 1, got '0'" in capsys.readouterr().err
     assert main(["test", str(root), "--model", "x", "--models", "a,b"]) == 2
     assert "--model and --models do not go together" in capsys.readouterr().err
+
+
+def test_the_example_repository_grades_its_judged_test_from_its_recordings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    repo = Path(__file__).parents[2] / "examples" / "support_repo"
+    code, data, _ = run_json(["test", str(repo), "--replay", str(repo / "recordings")], capsys)
+    assert code == 0
+    results = {r["case"]: r for r in data["results"]}
+    (grade,) = results["replies: replies are signed in the house style"]["grades"]
+    assert grade["model"] == "gpt-4o-mini" and grade["score"] == 0.9 and grade["passed"]
+    assert "desk: labels follow the label schema [calendar sync]" in results

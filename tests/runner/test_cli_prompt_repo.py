@@ -55,7 +55,7 @@ def test_k_selects_tests_by_name(capsys) -> None:
          "has no tool 'serch_docs'; did you mean 'search_docs'?"),
         ("choice: investigate", "regex: '(['", "invalid regular expression"),
         ("choice: investigate", "json_path: {'category': x}", "is not a JSON path"),
-        ("method: classify\n    inputs: {ticket:", "method: classify\n    inputs: {tickt:",
+        ("method: assess\n    inputs: {ticket:", "method: assess\n    inputs: {tickt:",
          "has no input 'tickt'; did you mean 'ticket'?"),
     ],
 )  # fmt: skip
