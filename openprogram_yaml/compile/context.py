@@ -115,6 +115,8 @@ class ProjectContext:
     #: Test files of the repository (``tests:`` globs), and where recordings are kept.
     test_files: tuple[Path, ...] = ()
     recordings: Path | None = None
+    #: The project's ``judge_model`` (tests' ``judge:`` expectations; a test file's wins).
+    judge_model: str | None = None
     #: The environment variables the project file read, with their values.
     env: tuple[tuple[str, str | None], ...] = ()
     #: The project's file patterns (``agents:`` and ``tests:``), each with what it matched.

@@ -131,6 +131,7 @@ def load_project(root: Path, col: Collector, build: Build) -> tuple[ProjectConte
         secrets=frozenset(secrets),
         test_files=tuple(test_files),
         recordings=recordings,
+        judge_model=spec.judge_model,
         env=tuple((n, build.env.get(n)) for n in sorted(env_names)),
         globs=tuple(globs),
         python_packages=_python_packages(spec, source, col),
@@ -329,7 +330,14 @@ def _compile_agents(
             from .prompt_tests import compile_tests  # most agent files keep no tests
 
             tests += compile_tests(
-                doc.spec.tests, agents[name], doc.source, ("tests",), doc.path, ctx, col
+                doc.spec.tests,
+                agents[name],
+                doc.source,
+                ("tests",),
+                doc.path,
+                ctx,
+                col,
+                judge_model=ctx.judge_model,
             )
     for test_file in ctx.test_files:
         tests += _compile_test_file(test_file, agents, ctx, col, build.environ, env_names, failed)
@@ -412,7 +420,7 @@ def _compile_test_file(
         col,
         file_doubles=doubles,
         file_live_tools=spec.live_tools,
-        judge_model=spec.judge_model,
+        judge_model=spec.judge_model or ctx.judge_model,
         embed_model=spec.embed_model,
     )
 

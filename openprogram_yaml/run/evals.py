@@ -154,8 +154,9 @@ def _text(value: object) -> str:
 
 
 def judge_model(test: CompiledTest, judge: Judge, run_model: str | None) -> str | None:
-    """Who grades: the expectation's model, else the test file's ``judge_model``, else the
-    model the test ran on."""
+    """Who grades: the expectation's model, else the test file's ``judge_model`` (else the
+    project's: ``CompiledTest.judge_model`` holds whichever is set), else the model the
+    test ran on."""
     return judge.model or test.judge_model or run_model
 
 

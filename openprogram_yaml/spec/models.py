@@ -30,9 +30,9 @@ __all__ = [
     "DefaultsSpec",
     "ExecOptionsSpec",
     "ExpectSpec",
-    "JudgeSpec",
     "HistorySpec",
     "HttpToolSpec",
+    "JudgeSpec",
     "McpToolSpec",
     "MethodSpec",
     "ProjectSpec",
@@ -571,8 +571,8 @@ class TestFileSpec(_Spec):
     """Run http and command tools for real under the offline `test` model in these tests."""
 
     judge_model: str | None = None
-    """The model that grades `judge:` expectations of these tests (default: the model each
-    test runs on)."""
+    """The model that grades `judge:` expectations of these tests (default: the project's
+    `judge_model`, else the model each test runs on)."""
 
     embed_model: str | None = None
     """The embeddings model of `similar:` expectations of these tests."""
@@ -798,6 +798,10 @@ class ProjectSpec(_Spec):
 
     recordings: str | None = None
     """A folder of recorded model replies; `openprogram-run test` replays them offline."""
+
+    judge_model: str | None = None
+    """The model that grades tests' `judge:` expectations (a test file's `judge_model` and
+    an expectation's `model` win; default: the model each test runs on)."""
 
     python_packages: list[str] = Field(default_factory=list)
     """Installed packages `python` tools may name (e.g. [mypkg]), besides the project's own

@@ -334,3 +334,22 @@ def test_the_example_repository_grades_its_judged_test_from_its_recordings(
     (grade,) = results["replies: replies are signed in the house style"]["grades"]
     assert grade["model"] == "gpt-4o-mini" and grade["score"] == 0.9 and grade["passed"]
     assert "desk: labels follow the label schema [calendar sync]" in results
+
+
+def test_the_projects_judge_model_grades_unless_a_test_file_names_its_own(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tests = JUDGED.replace("judge_model: local:judge\n", "")
+    with LoopbackServer() as server:
+        for _ in range(2):
+            server.add(json_reply(chat_completion("Sorry! Your refund left on Monday.")))
+            server.add(judged(0.8, "Fine."))
+        root = project(tmp_path, server.url + "/v1", tests)
+        (root / "openprogram.yaml").write_text(PROJECT + "judge_model: local:project-judge\n")
+        assert main(["test", str(root), "--live"]) == 0
+        (root / "tests" / "desk.tests.yaml").write_text(
+            "version: 1\nagent: desk\njudge_model: local:file-judge\n" + tests
+        )
+        assert main(["test", str(root), "--live"]) == 0
+        models = [r.json["model"] for r in server.requests]
+    assert models == ["llama3", "project-judge", "llama3", "file-judge"]
