@@ -33,6 +33,7 @@ SUBCOMMANDS = (
     "batch",
     "chat",
     "check",
+    "diff",
     "lock",
     "mcp",
     "render",
@@ -74,6 +75,9 @@ Other commands:
                                    print what the method would send; call no model
   openprogram-run lock PATH [--check]
                                    write (or check) openprogram.lock, the prompt versions
+  openprogram-run diff [REV_A] [REV_B] PATH [--test] [--format markdown] [--json]
+                                   what changed between two git versions (default: HEAD
+                                   against the work tree): prompts, lock, test outcomes
   openprogram-run runtimes         list registered runtimes, built-in or plugin
   openprogram-run schema [KIND]    print the JSON Schema of agent, project or tests files
 
@@ -856,6 +860,64 @@ def _cmd_lock(argv: Sequence[str]) -> int:
     return 0
 
 
+def _cmd_diff(argv: Sequence[str]) -> int:
+    p = _Parser(
+        prog="openprogram-run diff",
+        description="What changed between two git versions of a prompt repository: each "
+        "method's prompt version and rendered request, the lock file, and with --test each "
+        "test's outcome and judge score in both. Both versions are checked out in a temporary "
+        "folder; your files and index are not touched.",
+    )
+    p.add_argument(
+        "revs_and_path",
+        metavar="[REV_A] [REV_B] PATH",
+        nargs="+",
+        help="PATH: a project folder or agent file in a git repository; REV_A defaults to "
+        "HEAD, REV_B to the work tree (uncommitted and untracked files included)",
+    )
+    p.add_argument("--test", action="store_true", help="run both versions' tests and compare")
+    p.add_argument(
+        "--model", metavar="PROVIDER:MODEL", help="with --test: run the tests on this model"
+    )
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--format",
+        choices=("text", "markdown"),
+        default="text",
+        help="markdown: for a pull-request comment",
+    )
+    shown.add_argument("--json", action="store_true", help="print JSON")
+    args = p.parse_args(argv)
+    if len(args.revs_and_path) > 3:
+        p.error("at most two revisions and a PATH")
+    *revs, path = args.revs_and_path
+    import asyncio
+    import json
+
+    from ..errors import UsageError
+    from .diff import diff_versions, to_markdown, to_text
+
+    try:
+        diff = asyncio.run(
+            diff_versions(
+                Path(path),
+                revs[0] if revs else None,
+                revs[1] if len(revs) > 1 else None,
+                with_tests=args.test,
+                model=args.model,
+            )
+        )
+    except UsageError as exc:
+        _emit(sys.stderr, f"error: {exc}")
+        return 2
+    if args.json:
+        text = json.dumps(diff.to_dict(), indent=2, ensure_ascii=False)
+    else:
+        text = to_markdown(diff) if args.format == "markdown" else to_text(diff)
+    _emit(sys.stdout, text.rstrip("\n"), diff.secrets)
+    return 1 if diff.problems or diff.count("worse") else 0
+
+
 def _cmd_test(argv: Sequence[str]) -> int:
     p = _Parser(
         prog="openprogram-run test",
@@ -1184,6 +1246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "test": _cmd_test,
                 "render": _cmd_render,
                 "lock": _cmd_lock,
+                "diff": _cmd_diff,
             }
             return command[args[0]](args[1:])
         if not args:
