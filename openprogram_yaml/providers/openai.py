@@ -191,10 +191,13 @@ def to_messages(prompt: str | Sequence[Message], system_prompt: str | None) -> l
             text = message.text()
             if message.is_error and not text.lower().startswith("error"):
                 text = f"Error: {text}"
+            media = _tool_media(message)
+            if media and not text:
+                text = "(shown in the next message)"
             out.append(
                 {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": text}
             )
-            shown.extend(_tool_media(message))
+            shown.extend(media)
         elif role == "assistant":
             entry: dict[str, Any] = {"role": "assistant", "content": message.text() or None}
             if message.tool_calls:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from openprogram_yaml.errors import StructuredOutputError
 from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtime.asking import Asking
+from openprogram_yaml.runtime.content import ToolContent
 from openprogram_yaml.runtime.structured import parse_json_strict
 from openprogram_yaml.runtime.toolgate import StandIn, ToolGate
 from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, current_policy
@@ -52,9 +53,15 @@ async def call_maybe_async(
 
 
 def render_result(value: object, cap: int = MAX_RESULT_CHARS) -> str:
-    """A tool's return value as the text the model sees, capped at ``cap`` characters."""
+    """A tool's return value as the text the model sees, capped at ``cap`` characters.
+
+    Of a ``ToolContent`` (text and images), its text with a note for each image: what
+    records, traces and events show; the model gets the blocks themselves.
+    """
     if isinstance(value, str):
         text = value
+    elif isinstance(value, ToolContent):
+        text = value.text()
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, default=str)
@@ -154,7 +161,8 @@ class ToolRunner:
             self.emit(
                 {"type": "tool_use", "id": call.id, "name": call.name, "arguments": call.arguments}
             )
-        text, ok = await self._outcome(call, key, record, recorded)
+        outcome, ok = await self._outcome(call, key, record, recorded)
+        text = outcome if isinstance(outcome, str) else render_result(outcome)
         if not ok:
             self.failures[key] = self.failures.get(key, 0) + 1
         record["is_error"] = not ok
@@ -169,7 +177,10 @@ class ToolRunner:
                     "is_error": not ok,
                 }
             )
-        return Message("tool", text, tool_call_id=call.id, name=call.name, is_error=not ok)
+        content: str | list[JSONObject] = text
+        if isinstance(outcome, ToolContent):
+            content = _capped(outcome.blocks, self.max_result_chars)
+        return Message("tool", content, tool_call_id=call.id, name=call.name, is_error=not ok)
 
     async def _outcome(
         self,
@@ -177,7 +188,7 @@ class ToolRunner:
         key: tuple[str, str],
         record: JSONObject,
         recorded: Mapping[str, object] | None,
-    ) -> tuple[str, bool]:
+    ) -> tuple[str | ToolContent, bool]:
         refusal = self._refusal(call.name)
         if refusal is not None:
             return refusal, False
@@ -222,6 +233,8 @@ class ToolRunner:
             return f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", False
         finally:
             current_policy().reset(token)
+        if isinstance(value, ToolContent):
+            return value, True  # the blocks go to the model as they are
         return render_result(value, self.max_result_chars), True
 
     def _stood_in(
@@ -243,3 +256,13 @@ class ToolRunner:
                     node.data["confirmed"] = record["confirmed"]
                 node.output = text[:2000]
         return text, not stand_in.is_error
+
+
+def _capped(blocks: tuple[JSONObject, ...], cap: int) -> list[JSONObject]:
+    """A tool result's blocks with each text block capped like a text result."""
+    return [
+        {**block, "text": render_result(str(block.get("text", "")), cap)}
+        if block.get("type") == "text"
+        else dict(block)
+        for block in blocks
+    ]

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, TextIO, cast
 from openprogram_yaml.errors import Diagnostic, ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.redaction import redact
+from openprogram_yaml.runtime.content import ToolContent, media_block
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
 
 if TYPE_CHECKING:
@@ -471,19 +472,26 @@ def _tail(errlog: TextIO | None) -> str:
 
 def _result_value(result: CallToolResult, name: str) -> object:
     """What the model sees of a call's result: its content blocks as text, or the
-    structured content when there are none; an ``isError`` result is a ``ToolError``."""
-    parts = [_block_text(block) for block in result.content]
-    text = "\n".join(part for part in parts if part)
+    structured content when there are none; an ``isError`` result is a ``ToolError``.
+
+    Images, audio and binary resources (a PDF, an image) become content blocks beside the
+    text (a ``ToolContent``): the runtimes show them to the model (see the providers)."""
+    blocks = [_block(block) for block in result.content]
+    text = "\n".join(str(b["text"]) for b in blocks if b["type"] == "text" and b["text"])
     if result.is_error:
         raise ToolError(text or f"tool {name!r} reported an error")
-    if not parts and result.structured_content is not None:
+    if not blocks and result.structured_content is not None:
         return result.structured_content
+    if any(b["type"] != "text" for b in blocks):
+        return ToolContent(tuple(b for b in blocks if b["type"] != "text" or b["text"]))
     return text or "(no output)"
 
 
-def _block_text(block: ContentBlock) -> str:
+def _block(block: ContentBlock) -> JSONObject:
+    """One MCP content block as a runtime content block (text, image, audio or file)."""
     from mcp.types import (
         AudioContent,
+        BlobResourceContents,
         EmbeddedResource,
         ImageContent,
         ResourceLink,
@@ -492,16 +500,24 @@ def _block_text(block: ContentBlock) -> str:
     )
 
     if isinstance(block, TextContent):
-        return block.text
+        return {"type": "text", "text": block.text}
     if isinstance(block, ImageContent | AudioContent):
         kind = "image" if isinstance(block, ImageContent) else "audio"
-        size = len(block.data) * 3 // 4
-        return f"[{kind}: {block.mime_type}, about {size} bytes, not shown]"
+        return {"type": kind, "data": block.data, "mime_type": block.mime_type}
     if isinstance(block, EmbeddedResource):
         resource = block.resource
         if isinstance(resource, TextResourceContents):
-            return f"[resource {resource.uri}]\n{resource.text}"
-        return f"[resource {resource.uri}: {resource.mime_type or 'binary'}, not shown]"
+            return {"type": "text", "text": f"[resource {resource.uri}]\n{resource.text}"}
+        if isinstance(resource, BlobResourceContents) and resource.mime_type:
+            mime = resource.mime_type.lower()
+            major = mime.partition("/")[0]
+            if major in ("image", "audio", "video") or mime == "application/pdf":
+                media = media_block(f"data:{mime};base64,{resource.blob}")
+                if media["type"] == "file":
+                    media["filename"] = str(resource.uri).rsplit("/", 1)[-1] or "file.pdf"
+                return media
+        mime = resource.mime_type or "binary"
+        return {"type": "text", "text": f"[resource {resource.uri}: {mime}, not shown]"}
     if isinstance(block, ResourceLink):
-        return f"[resource link {block.uri}: {block.name}]"
-    return f"[{getattr(block, 'type', 'unknown')} content, not shown]"
+        return {"type": "text", "text": f"[resource link {block.uri}: {block.name}]"}
+    return {"type": "text", "text": f"[{getattr(block, 'type', 'unknown')} content, not shown]"}

@@ -16,12 +16,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from loopback import LoopbackServer, chat_completion, json_reply
 
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import ConfigError, ToolError
 from openprogram_yaml.run.execute import execute_run
 from openprogram_yaml.run.record import RunRecord
 from openprogram_yaml.run.version import VersionStamp
+from openprogram_yaml.runtime.content import ToolContent
 from openprogram_yaml.tools.mcp import McpServer, McpTool
 
 SERVERS = Path(__file__).parent / "mcp_servers"
@@ -74,7 +76,10 @@ def test_stdio_server_tools_are_discovered_and_called() -> None:
     assert seen["schema"] == ["a", "b"]
     assert seen["read"] == "buy milk"
     assert '"sum": 5' in str(seen["add"])
-    assert str(seen["picture"]).startswith("[image: image/png")
+    # An image result reaches the model as an image block beside any text.
+    assert seen["picture"] == ToolContent(
+        ({"type": "image", "data": "iVBORw0KGgo=", "mime_type": "image/png"},)
+    )
     assert seen["attachment"] == "[resource notes://todo]\nbuy milk"
 
 
@@ -533,3 +538,37 @@ def test_a_replay_answers_from_the_recording_and_starts_no_server(tmp_path: Path
     assert replayed.returncode == 0, replayed.stderr
     assert "files__read_note: no note 'test'" in replayed.stdout
     assert "started!" not in replayed.stdout + replayed.stderr
+
+
+def test_an_image_a_tool_returns_reaches_the_provider(tmp_path: Path) -> None:
+    # The model (a Chat Completions server on 127.0.0.1) calls the server's picture tool;
+    # the next request shows it the image (after the text-only tool message).
+    function = {"name": "files__picture", "arguments": "{}"}
+    call = {"id": "call_1", "type": "function", "function": function}
+    with LoopbackServer() as model:
+        model.add(json_reply(chat_completion(tool_calls=[call])))
+        model.add(json_reply(chat_completion("A tiny PNG.")))
+        extra = textwrap.dedent(
+            f"""\
+              look:
+                prompt: Look at the picture.
+                model: local:llama3
+                tools_allow: [files__picture]
+            runtimes:
+              - {{match: "local:*", runtime: openai, options: {{base_url: "{model.url}/v1"}}}}
+            """
+        )
+        record = _run(_agent(tmp_path, extra), "look", live_tools=True)
+        requests = model.requests
+    assert record.status == "ok", record.error
+    assert record.output == "A tiny PNG."
+    messages = requests[1].json["messages"]
+    assert messages[-2] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "(shown in the next message)",
+    }
+    assert messages[-1]["content"][1] == {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="},
+    }
