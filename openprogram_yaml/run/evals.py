@@ -205,7 +205,8 @@ class _Grader:
                 tools=[],
             )
         except Exception as exc:  # a grading failure fails the test, with its reason
-            return Grade("judge", None, judge.pass_at, model, error=_failure_text(exc))
+            error = _failure_text(exc)
+            return Grade("judge", None, judge.pass_at, model, error=error, cost=meter.to_dict())
         finally:
             current_method.reset(token)
         score = float(answer["score"])

@@ -121,6 +121,21 @@ def test_a_low_judge_score_fails_with_the_judges_reason_and_the_prompt(
     assert "0 passed, 1 failed" in out
 
 
+def test_a_judge_whose_answer_does_not_fit_fails_the_test_with_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with LoopbackServer() as server:
+        server.add(json_reply(chat_completion("Sorry!")))
+        for _ in range(2):  # the first answer and its correction
+            server.add(judged(3, "way above the scale"))
+        root = project(tmp_path, server.url + "/v1", JUDGED)
+        assert main(["test", str(root), "--live"]) == 1
+    out = capsys.readouterr().out
+    assert "could not grade (judge, local:judge): StructuredOutputValidationError" in out
+    assert "tokens: 93 in, 27 out" in out  # both judge calls counted with the run
+    assert "Traceback" not in out
+
+
 def test_the_offline_test_model_does_not_judge_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
