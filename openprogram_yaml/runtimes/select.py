@@ -115,6 +115,9 @@ class RuntimeSelector:
         self._lock = threading.RLock()
         self._selections: dict[str, Selection] = {}
         self._instances: dict[tuple[str, Any], AgentRuntimeProtocol] = {}
+        #: The runtime each model ref was served by: a ref's selection never changes, so
+        #: its options are frozen (for ``_instances``' key) once, not on every call.
+        self._by_ref: dict[str, AgentRuntimeProtocol] = {}
         self._owned: list[AgentRuntimeProtocol] = []
 
     def __repr__(self) -> str:
@@ -212,8 +215,14 @@ class RuntimeSelector:
 
     def select(self, model_ref: str) -> AgentRuntimeProtocol:
         """The runtime instance serving ``model_ref`` (created once per configuration)."""
+        runtime = self._by_ref.get(model_ref)
+        if runtime is not None:
+            return runtime
         selection = self.explain(model_ref)
-        return self._instance(selection.runtime_id, selection.options, selection)
+        runtime = self._instance(selection.runtime_id, selection.options, selection)
+        with self._lock:
+            self._by_ref[model_ref] = runtime
+        return runtime
 
     def _instance(
         self,
@@ -245,6 +254,7 @@ class RuntimeSelector:
         with self._lock:
             owned, self._owned = self._owned, []
             self._instances.clear()
+            self._by_ref.clear()
         errors: list[Exception] = []
         for runtime in owned:
             close = getattr(runtime, "aclose", None)

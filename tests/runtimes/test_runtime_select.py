@@ -181,6 +181,33 @@ def test_instances_are_cached_per_configuration(registry: RuntimeRegistry) -> No
     assert selector.select("c:four") is not first
 
 
+class CountedOptions(dict[str, Any]):
+    """An option value that counts how often its items are read."""
+
+    reads = 0
+
+    def items(self) -> Any:
+        CountedOptions.reads += 1
+        return super().items()
+
+
+def test_a_model_refs_options_are_frozen_once_not_on_every_call(
+    registry: RuntimeRegistry,
+) -> None:
+    headers = CountedOptions({"x-team": "a"})
+    selector = RuntimeSelector(
+        rules=[RuntimeRule("o:*", "openai", {"headers": headers})], registry=registry
+    )
+    first = selector.select("o:x")
+    reads = CountedOptions.reads
+    for _ in range(5):
+        assert selector.select("o:x") is first
+    assert CountedOptions.reads == reads  # the per-call path reads no options
+    assert selector.select("o:y") is first  # another ref, the same configuration
+    asyncio.run(selector.aclose())
+    assert selector.select("o:x") is not first  # closed: a new instance
+
+
 def test_aclose_closes_what_the_selector_created_only(registry: RuntimeRegistry) -> None:
     shared = FakeRuntime()
     registry.register("shared", shared)
