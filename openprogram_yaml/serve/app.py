@@ -61,7 +61,9 @@ if TYPE_CHECKING:
 __all__ = ["MAX_BODY", "Refused", "ServeState", "Server", "create_app", "error_reply"]
 
 #: The largest request body served (aiohttp's ``client_max_size``); larger ones get 413.
-MAX_BODY = 1 << 20
+#: Room for a file input at its cap (``runtime.content.MAX_MEDIA_BYTES``, 20 MiB) as base64
+#: in a data URL (4/3 of it), with the rest of the inputs.
+MAX_BODY = 28 << 20
 
 #: Seconds a connection gets to send its answer once its run ended, at shutdown.
 SEND_GRACE_S = 5.0
