@@ -364,7 +364,8 @@ async def diff_versions(
     with checkouts(repository, rev_a or "HEAD", rev_b) as (a, b):
         before = await _collect(a, repository.project, with_tests, model)
         after = await _collect(b, repository.project, with_tests, model)
-    return _compare(before, after, repository.project.as_posix(), with_tests)
+    name = repository.project.as_posix()
+    return _compare(before, after, repository.top.name if name == "." else name, with_tests)
 
 
 # --- showing ----------------------------------------------------------------------------
