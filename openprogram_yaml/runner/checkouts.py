@@ -126,13 +126,10 @@ class GitRepository:
                 _git(["worktree", "prune"], self.top)
 
     def _copy_work_tree(self, where: Path) -> None:
-        """The project's files as they are on disk: tracked ones and untracked ones git does
-        not ignore (a deleted file stays deleted)."""
-        folder = self.project if (self.top / self.project).is_dir() else self.project.parent
-        out = _git(
-            ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", str(folder)],
-            self.top,
-        )
+        """The repository's files as they are on disk, as a checkout of a commit holds them
+        all (a project may reach above PATH: an agent file's openprogram.yaml): tracked
+        ones and untracked ones git does not ignore; a deleted file stays deleted."""
+        out = _git(["ls-files", "-z", "--cached", "--others", "--exclude-standard"], self.top)
         for name in sorted(set(out.split("\0")) - {""}):
             source = self.top / name
             if not os.path.lexists(source) or source.is_dir():  # deleted, or a submodule

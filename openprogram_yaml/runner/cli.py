@@ -915,7 +915,7 @@ def _cmd_diff(argv: Sequence[str]) -> int:
     else:
         text = to_markdown(diff) if args.format == "markdown" else to_text(diff)
     _emit(sys.stdout, text.rstrip("\n"), diff.secrets)
-    return 1 if diff.problems or diff.count("worse") else 0
+    return 1 if diff.failed else 0
 
 
 def _cmd_test(argv: Sequence[str]) -> int:

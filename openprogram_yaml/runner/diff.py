@@ -161,6 +161,12 @@ class VersionDiff:
     cases: list[CaseChange] | None
     secrets: frozenset[str] = frozenset()
 
+    @property
+    def failed(self) -> bool:
+        """Whether a reviewer must look: the newer version does not compile, or a case got
+        worse (``diff`` then exits 1)."""
+        return self.after in self.problems or self.count("worse") > 0
+
     def count(self, change: Change) -> int:
         return sum(c.change == change for c in self.cases or ())
 
@@ -276,7 +282,9 @@ async def _run_tests(program: Program, model: str | None) -> list[TestOutcome]:
         if program.recordings is not None and program.recordings.is_dir():
             replay = program.recordings
         else:
-            model = judge = "test"
+            model = "test"
+    if model == "test":
+        judge = "test"  # graders answer offline when the tests do
     return await run_tests(
         program,
         program.tests,

@@ -193,3 +193,29 @@ def test_usage_errors_exit_2_with_what_to_do(
     code, out, err = run_diff(capsys, *filled)
     assert code == 2 and out == ""
     assert message in err and "Traceback" not in err
+
+
+def test_a_method_without_tests_is_rendered_with_placeholders_given_an_agent_file(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    desk = repo / "support_repo/agents/desk.yaml"
+    edit(desk, "Write the final answer to the customer.", "Answer the customer kindly.")
+    code, out, _ = run_diff(capsys, str(desk))  # the project file is above the agent file
+    assert code == 0
+    assert "desk.answer: changed" in out
+    assert "── desk.answer, placeholder inputs ──" in out
+    assert "<ticket>" in out
+    assert "-Write the final answer to the customer." in out
+    assert "+Answer the customer kindly." in out
+
+
+def test_a_fix_of_a_version_that_did_not_compile_is_not_a_failure(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    edit(repo / DRAFT, "Draft a {{ tone }} reply.", "Draft a {{ tonne }} reply.")
+    git(repo, "commit", "-q", "-am", "broken")
+    edit(repo / DRAFT, "Draft a {{ tonne }} reply.", "Draft a {{ tone }} reply.")
+    code, out, _ = run_diff(capsys, str(repo / "support_repo"), "--test")
+    assert code == 0
+    assert out.count("does not compile:") == 1 and "HEAD (" in out.split("does not compile")[0]
+    assert re.search(r"^tests: \d+ new$", out, re.MULTILINE)  # the old version had none
