@@ -164,7 +164,7 @@ function restore(values) {
   const elements = $("inputs").elements;
   for (const [name, value] of values) {
     const e = elements.namedItem(name);
-    if (!e) continue;
+    if (!e || e.type === "file") continue; // a file picker cannot be set: pick it again
     if (e.type === "checkbox") e.checked = value;
     else e.value = value;
   }

@@ -2,12 +2,25 @@
 //
 // string -> text field (a text area for long text), number/integer -> number field,
 // boolean -> checkbox (a yes/no/unset choice when optional without default), enum -> select,
+// a file (a string with contentMediaType image/*, audio/*, video/*, application/pdf, or
+// format image/audio/pdf/file) -> a file picker, sent as a data URL,
 // anything else (array, object, several types) -> a JSON text area.
 
 import { el } from "./dom.js";
 
+/** The file types a file input takes (an ``accept`` list), or null for other inputs. */
+const FILE_FORMATS = { image: "image/*", audio: "audio/*", pdf: "application/pdf", file: "image/*,audio/*,video/*,application/pdf" };
+const MAX_FILE_BYTES = 20 * 1024 * 1024; // the server's cap (runtime/content.py)
+function fileTypes(schema) {
+  if (schema.type !== "string") return null;
+  const media = typeof schema.contentMediaType === "string" ? schema.contentMediaType.toLowerCase() : null;
+  if (media !== null) return /^(image|audio|video)\//.test(media) || media === "application/pdf" ? media : null;
+  return FILE_FORMATS[schema.format] ?? null;
+}
+
 /** Which control an input's schema gets. */
 function kindOf(schema) {
+  if (fileTypes(schema) !== null) return "file";
   if (Array.isArray(schema.enum) && schema.enum.length > 0) return "enum";
   if (schema.type === "string") return "string";
   if (schema.type === "number" || schema.type === "integer") return "number";
@@ -47,7 +60,44 @@ function inputField(name, schema, isRequired) {
   const common = { id, name, "aria-describedby": help ? `${id}-help` : null, required: isRequired && !hasDefault };
   let control;
   let read;
-  if (kind === "enum") {
+  if (kind === "file") {
+    // The file is read when picked; the run sends it as a data URL.
+    const accept = fileTypes(schema);
+    const note = el("small", { class: "help", "aria-live": "polite" });
+    let value;
+    let problem = null;
+    control = el("input", { ...common, type: "file", accept });
+    control.addEventListener("change", () => {
+      value = undefined;
+      problem = null;
+      note.textContent = "";
+      const file = control.files?.[0];
+      if (!file) return;
+      if (file.size > MAX_FILE_BYTES) {
+        problem = `${name}: ${file.name} is larger than ${MAX_FILE_BYTES / 1024 / 1024} MiB`;
+        note.textContent = problem;
+        return;
+      }
+      problem = `${name}: ${file.name} is still being read`;
+      const reader = new FileReader();
+      reader.onload = () => {
+        value = reader.result;
+        problem = null;
+        note.textContent = `${file.name}, ${Math.ceil(file.size / 1024)} KiB`;
+      };
+      reader.onerror = () => {
+        problem = `${name}: ${file.name} cannot be read`;
+        note.textContent = problem;
+      };
+      reader.readAsDataURL(file);
+    });
+    read = () => {
+      if (problem !== null) throw new Error(problem);
+      return value;
+    };
+    const node = el("div", { class: "field" }, fieldLabel(name, id, accept, isRequired, hasDefault), control, note, help);
+    return { node, read };
+  } else if (kind === "enum") {
     const options = schema.enum.map((v, i) => el("option", { value: String(i), text: typeof v === "string" ? v : JSON.stringify(v) }));
     const blank = isRequired && !hasDefault ? "choose…" : "(not set)";
     control = el("select", common, el("option", { value: "", text: blank }), options);
@@ -93,13 +143,17 @@ function inputField(name, schema, isRequired) {
     };
   }
   const type = kind === "json" ? (schema.type ? [schema.type].flat().join(" | ") : "JSON") : kind === "enum" ? "one of" : schema.type;
-  const label = el(
+  const label = fieldLabel(name, id, type, isRequired, hasDefault);
+  const node = el("div", { class: kind === "boolean" ? "field check" : "field" }, label, control, help);
+  return { node, read };
+}
+
+function fieldLabel(name, id, type, isRequired, hasDefault) {
+  return el(
     "label",
     { for: id },
     el("span", { class: "name", text: name }),
     el("span", { class: "type", text: type }),
     isRequired && !hasDefault ? el("span", { class: "req", text: "required" }) : null,
   );
-  const node = el("div", { class: kind === "boolean" ? "field check" : "field" }, label, control, help);
-  return { node, read };
 }
