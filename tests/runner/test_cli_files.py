@@ -98,3 +98,12 @@ def test_a_file_over_the_cap_is_refused_before_it_is_read(agent: Path, capsys) -
         fh.truncate(content.MAX_MEDIA_BYTES + 1)
     assert main([str(agent), "describe", "-i", f"photo=@{photo}"]) == 2
     assert "a file input takes at most" in capsys.readouterr().err
+
+
+def test_render_shows_a_files_data_as_a_short_note(agent: Path, capsys) -> None:
+    photo = agent.parent / "big.png"
+    photo.write_bytes(PNG + bytes(range(256)) * 4)
+    assert main(["render", str(agent), "describe", "-i", f"photo=@{photo}"]) == 0
+    out = capsys.readouterr().out
+    assert '"data": "<1048 bytes, sha256 ' in out
+    assert base64.b64encode(photo.read_bytes()).decode()[:100] not in out
