@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from openprogram_yaml.errors import StructuredOutputError
 from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.runtime.asking import Asking
+from openprogram_yaml.runtime.blocking import run_blocking
 from openprogram_yaml.runtime.content import ToolContent
 from openprogram_yaml.runtime.structured import parse_json_strict
 from openprogram_yaml.runtime.toolgate import StandIn, ToolGate
@@ -42,11 +43,12 @@ StreamEmit = Callable[[JSONObject], None]
 async def call_maybe_async(
     fn: Callable[..., object], is_async: bool, kwargs: Mapping[str, object]
 ) -> object:
-    """Call ``fn(**kwargs)``: awaited if async, in a worker thread if sync (it may block)."""
+    """Call ``fn(**kwargs)``: awaited if async, in a worker thread if sync (it may block:
+    ``runtime.blocking`` says why, and where)."""
     if is_async:
         result = fn(**kwargs)
     else:
-        result = await asyncio.to_thread(fn, **kwargs)
+        result = await run_blocking(fn, **kwargs)
     if inspect.isawaitable(result):
         result = await result
     return result

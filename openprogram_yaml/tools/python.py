@@ -16,7 +16,6 @@ project whose file changed since it was imported is reloaded, so hot reload pick
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import enum
@@ -36,6 +35,7 @@ from typing import Any
 
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
+from openprogram_yaml.runtime.blocking import run_blocking
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
 
 __all__ = ["PythonTarget", "PythonTool", "load_python_tool", "schema_from_signature"]
@@ -451,8 +451,9 @@ class PythonTool(ConfiguredTool):
             if self._is_async:
                 value = function(**arguments)  # awaited below
             else:
-                # A sync function may block; a worker thread keeps the event loop free.
-                value = await asyncio.to_thread(function, **arguments)
+                # A sync function may block; a worker thread keeps the event loop free
+                # (runtime.blocking: the rule, and a pool sized for batches).
+                value = await run_blocking(function, **arguments)
             if inspect.isawaitable(value):
                 value = await value
         except ToolError:
