@@ -36,6 +36,7 @@ from typing import Any
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.blocking import run_blocking
+from openprogram_yaml.runtime.content import ToolContent
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
 
 __all__ = ["PythonTarget", "PythonTool", "load_python_tool", "schema_from_signature"]
@@ -445,7 +446,7 @@ class PythonTool(ConfiguredTool):
     def files(self) -> frozenset[Path]:
         return frozenset({self.target.file}) if self.target.file is not None else frozenset()
 
-    async def _run(self, arguments: JSONObject) -> str:
+    async def _run(self, arguments: JSONObject) -> str | ToolContent:
         function = self.target.function
         try:
             if self._is_async:
@@ -460,6 +461,8 @@ class PythonTool(ConfiguredTool):
             raise
         except (Exception, SystemExit) as exc:  # SystemExit too: a tool must not end the run
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+        if isinstance(value, ToolContent):
+            return value  # text and images, shown to the model as blocks
         try:
             return result_text(value)
         except (TypeError, ValueError) as exc:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import Any
 
+from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from loopback import LoopbackServer, chat_completion, json_reply
 from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
 from sdk_contract import assert_valid_request
@@ -73,3 +75,67 @@ def test_audio_the_messages_api_cannot_take_is_refused_before_any_request(
     assert code != 0
     assert "an audio block cannot be sent: the Messages API takes text, images and PDF" in err
     assert requests == []
+
+
+TOOLS = """\
+from openprogram_yaml.runtime.content import ToolContent
+
+
+def snap() -> ToolContent:
+    '''A screenshot.'''
+    return ToolContent(
+        (
+            {"type": "text", "text": "the screen"},
+            {"type": "image", "data": "iVBORw0KGgo=", "mime_type": "image/png"},
+        )
+    )
+"""
+SNAP_AGENT = """\
+version: 1
+name: snapper
+model: claude:claude-sonnet-4-5
+runtimes:
+  - {match: "claude:*", runtime: anthropic, options: {base_url: "%s", api_key: sk-ant-x}}
+tools:
+  snap: {python: "snap_tools:snap"}
+methods:
+  look:
+    prompt: Take a screenshot and describe it.
+"""
+
+
+def _anthropic_message(content: list[dict[str, Any]], stop: str) -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": content,
+        "stop_reason": stop,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+def test_an_image_a_python_tool_returns_reaches_the_messages_api_in_its_tool_result(
+    tmp_path: Path, capsys
+) -> None:
+    (tmp_path / "snap_tools.py").write_text(TOOLS)
+    call = {"type": "tool_use", "id": "toolu_1", "name": "snap", "input": {}}
+    with LoopbackServer() as server:
+        server.add(json_reply(_anthropic_message([call], "tool_use")))
+        server.add(json_reply(_anthropic_message([{"type": "text", "text": "A PNG."}], "end_turn")))
+        agent = tmp_path / "snapper.yaml"
+        agent.write_text(SNAP_AGENT % server.url)
+        code = main([str(agent), "look", "--live-tools"])
+        assert code == 0, capsys.readouterr().err
+        assert capsys.readouterr().out.strip() == "A PNG."
+        second = server.requests[1].json
+    assert_valid_request(MessageCreateParamsNonStreaming, second)
+    [result] = second["messages"][-1]["content"]
+    assert result["content"] == [
+        {"type": "text", "text": "the screen"},
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+        },
+    ]

@@ -107,3 +107,16 @@ def test_render_shows_a_files_data_as_a_short_note(agent: Path, capsys) -> None:
     out = capsys.readouterr().out
     assert '"data": "<1048 bytes, sha256 ' in out
     assert base64.b64encode(photo.read_bytes()).decode()[:100] not in out
+
+
+def test_a_file_placed_in_the_instructions_is_an_error(tmp_path: Path, capsys) -> None:
+    agent = tmp_path / "sysfile.yaml"
+    agent.write_text(
+        "version: 1\nname: sysfile\nmodel: test\ninstructions: 'Look at {{ photo }}'\n"
+        "methods:\n  m:\n    inputs: {photo: {type: string, format: image}}\n    prompt: Go\n"
+    )
+    (tmp_path / "cat.png").write_bytes(PNG)
+    assert main([str(agent), "-i", f"photo=@{tmp_path / 'cat.png'}"]) == 2
+    err = capsys.readouterr().err
+    assert "places a file input in its instructions" in err
+    assert "Traceback" not in err
