@@ -242,6 +242,8 @@ def _media_block(block: Mapping[str, JSONValue]) -> JSONObject:
         out.setdefault(
             "mime_type", mimetypes.guess_type(str(path))[0] or "application/octet-stream"
         )
+        if out.get("type") == "file":
+            out.setdefault("filename", Path(path).name)
     return out
 
 

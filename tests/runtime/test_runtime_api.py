@@ -103,6 +103,17 @@ def test_system_blocks_and_media(tmp_path: Path) -> None:
     assert len(blocks) == 2
 
 
+def test_a_file_block_given_by_path_is_read_with_its_name(tmp_path: Path) -> None:
+    report = tmp_path / "q3.pdf"
+    report.write_bytes(b"%PDF-1.4")
+    model = ScriptedRuntime(["ok"])
+    Runtime(runtimes=model).exec([{"type": "file", "path": str(report)}])
+    [block] = model.requests[0].messages[0].content
+    assert isinstance(block, dict)
+    assert (block["mime_type"], block["filename"]) == ("application/pdf", "q3.pdf")
+    assert base64.b64decode(str(block["data"])) == b"%PDF-1.4"
+
+
 def test_an_unknown_block_type_is_refused_not_dropped() -> None:
     model = ScriptedRuntime(["ok"])
     rt = Runtime(runtimes=model)
