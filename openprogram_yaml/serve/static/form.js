@@ -81,7 +81,8 @@ function inputField(name, schema, isRequired) {
       problem = `${name}: ${file.name} is still being read`;
       const reader = new FileReader();
       reader.onload = () => {
-        value = reader.result;
+        // The file's name rides along as a data URL parameter (a PDF is sent with it).
+        value = reader.result.replace(";base64,", `;name=${encodeURIComponent(file.name)};base64,`);
         problem = null;
         note.textContent = `${file.name}, ${Math.ceil(file.size / 1024)} KiB`;
       };
