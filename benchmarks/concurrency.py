@@ -5,7 +5,13 @@ the same 1,000 requests in the same run. Both sides may open up to 1,000 connect
 Goals: wall time within 1.3x of bare aiohttp's; every run succeeding; memory per in-flight
 run under 100 KB (Python heap, traced in a separate pass so tracing does not skew the time).
 
+The pool-size question (what the openai runtime's default ``max_connections`` should be):
+the same runs at each size in ``--pools``, and at the runtime's default, interleaved with
+the bare side in every round. A pool smaller than the runs in flight queues the rest, so
+the wall time grows by about one latency per extra wave.
+
     python benchmarks/concurrency.py [--runs 1000] [--rounds 5] [--httpx]
+        [--pools 100,200,500,1000]
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 import tracemalloc
 
@@ -40,8 +47,13 @@ async def bare_aiohttp(url: str, runs: int) -> tuple[float, int]:
         return time.perf_counter() - start, sum(r is True for r in results)
 
 
-async def through_runtime(url: str, runs: int, transport: object = None) -> tuple[float, int]:
-    provider = OpenAIRuntime(base_url=url, max_connections=runs, transport=transport)  # type: ignore[arg-type]
+async def through_runtime(
+    url: str, runs: int, transport: object = None, pool: int | None = -1
+) -> tuple[float, int]:
+    """``runs`` concurrent runs; ``pool`` connections at most (-1: as many as runs; None:
+    the runtime's default)."""
+    sized = {} if pool is None else {"max_connections": runs if pool == -1 else pool}
+    provider = OpenAIRuntime(base_url=url, transport=transport, **sized)  # type: ignore[arg-type]
     runtime = Runtime(model="openai:bench", runtimes=provider)
 
     async def one() -> bool:
@@ -72,8 +84,12 @@ def main() -> None:
     parser.add_argument(
         "--httpx", action="store_true", help="also time httpx's default transport (slow)"
     )
+    parser.add_argument("--pools", default="100,200,500,1000", help="pool sizes to compare")
     args = parser.parse_args()
     n = args.runs
+    pools: list[int | None] = [int(p) for p in args.pools.split(",") if p]
+    pools.append(None)
+    by_pool: dict[int | None, list[float]] = {p: [] for p in pools}
     bare: list[float] = []
     ours: list[float] = []
     ratios: list[float] = []
@@ -87,6 +103,10 @@ def main() -> None:
             ours.append(t_ours)
             ratios.append(t_ours / t_bare)
             failures += (n - ok_bare) + (n - ok_ours)
+            for pool in pools:
+                t_pool, ok_pool = asyncio.run(through_runtime(url, n, pool=pool))
+                by_pool[pool].append(t_pool / t_bare)
+                failures += n - ok_pool
         per_run = asyncio.run(traced_peak(url, n))
         httpx_s = None
         if args.httpx:
@@ -98,13 +118,22 @@ def main() -> None:
                 )
             except TimeoutError:
                 httpx_s = float("inf")
-    print(f"concurrency: {n} concurrent runs at 100 ms latency, median of {args.rounds} rounds")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"concurrency: {n} concurrent runs at 100 ms latency, median of {args.rounds} rounds; "
+        f"load average {load} (a shared machine: other work runs beside)"
+    )
     report("bare aiohttp wall time", f"{median(bare):.3f} s", "(baseline)")
     report("Runtime.async_exec wall time", f"{median(ours):.3f} s")
     ratio = median(ratios)
     report("Runtime / bare aiohttp", f"{ratio:.2f}x", "<= 1.3x", ratio <= 1.3)
     report("failed runs (all rounds, both sides)", str(failures), "0", failures == 0)
     report("Python heap per in-flight run", f"{per_run / 1024:.1f} KB", "< 100 KB", per_run < 100e3)
+    for pool, pool_ratios in by_pool.items():
+        name = "default" if pool is None else str(pool)
+        if pool is None:
+            name = f"the runtime's default ({OpenAIRuntime().settings.max_connections})"
+        report(f"pool of {name} / bare aiohttp", f"{median(pool_ratios):.2f}x", "(pool size)")
     if httpx_s is not None:
         report("Runtime over httpx default transport", f"{httpx_s:.2f} s", "(for comparison)")
 

@@ -86,6 +86,11 @@ __all__ = [
 DEFAULT_READ_TIMEOUT_S = 120.0
 #: The largest reply body read, streamed or not (10 MiB).
 DEFAULT_MAX_REPLY_BYTES = 10 * 1024 * 1024
+#: Connections a runtime opens to its server at most (made on demand, one per request in
+#: flight). 1,000, as the openai SDK, pydantic-ai and langchain: 1,000 concurrent runs at
+#: 100 ms latency took 1.04x bare aiohttp's time with it, 1.54x with 200 (the rest queued
+#: for a connection); benchmarks/concurrency.py. A batch above it sets ``max_connections``.
+DEFAULT_MAX_CONNECTIONS = 1000
 
 
 def resolve_read_timeout(value: float | None) -> float:
@@ -134,7 +139,7 @@ class ProviderSettings:
     connect_timeout_s: float = 10.0
     #: The largest reply body read, streamed or not.
     max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
-    max_connections: int = 200
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
     def client(self, headers: Mapping[str, str]) -> ClientSettings:
         """The pooled client's settings, sending ``headers`` (auth included) on every request."""
@@ -341,7 +346,7 @@ class HTTPRuntime:
             read_timeout_s=resolve_read_timeout(options.get("timeout_s")),
             connect_timeout_s=options.get("connect_timeout_s", 10.0),
             max_reply_bytes=_reply_cap(options.get("max_reply_bytes")),
-            max_connections=options.get("max_connections", 200),
+            max_connections=options.get("max_connections", DEFAULT_MAX_CONNECTIONS),
         )
         self.provider = self.settings.provider
         self.model = options.get("model")

@@ -52,7 +52,7 @@ class ClientSettings:
     #: Seconds of silence allowed while waiting for (or reading) a reply.
     timeout_s: float | None = None
     connect_timeout_s: float = 10.0
-    max_connections: int = 200
+    max_connections: int = 1000  # providers._http.DEFAULT_MAX_CONNECTIONS says why
     max_keepalive_connections: int = 50
     keepalive_expiry_s: float = 30.0
 
