@@ -77,6 +77,13 @@ def _is_async(fn: Callable[..., object]) -> bool:
     return not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
 
 
+#: Tools made from objects, by the object's identity (the object is kept, so its id is not
+#: reused): a compiled agent's tools go to every run's ``Runtime``, and making each again
+#: (the spec, whether ``execute`` is async, the question) cost every run a few microseconds.
+_made: dict[int, tuple[object, tuple[object, object, object, object], Tool]] = {}
+_MAX_MADE = 1024
+
+
 def as_tool(obj: object) -> Tool:
     """A ``Tool`` from a ``Tool``, a ``{"spec", "execute"}`` dict or an object with those."""
     if isinstance(obj, Tool):
@@ -89,15 +96,25 @@ def as_tool(obj: object) -> Tool:
         execute = getattr(obj, "execute", None)
         source = getattr(obj, "source", "local")
         confirm = getattr(obj, "confirm", None)
+        made = _made.get(id(obj))
+        # The same object with the same parts (``execute`` compares equal, as a bound
+        # method of the same object does): the Tool made last time.
+        if made is not None and made[0] is obj and made[1] == (spec, execute, source, confirm):
+            return made[2]
     if spec is None or not callable(execute):
         raise TypeError(
             f"a tool must be a {{'spec', 'execute'}} dict or an object with .spec and .execute, "
             f"not {obj!r}"
         )
     tool_spec = _spec_from(spec, "tool")
-    return Tool(
+    tool = Tool(
         tool_spec, execute, str(source), _is_async(execute), _confirmation(confirm, tool_spec.name)
     )
+    if not isinstance(obj, Mapping) and isinstance(spec, ToolSpec):  # a dict may change
+        if len(_made) >= _MAX_MADE:
+            _made.clear()
+        _made[id(obj)] = (obj, (spec, execute, source, confirm), tool)
+    return tool
 
 
 def _confirmation(value: object, name: str) -> Callable[[Mapping[str, object]], str] | None:

@@ -8,7 +8,8 @@ import pytest
 
 from openprogram_yaml.providers.test import Reply
 from openprogram_yaml.runtime import ToolPolicy, ToolsetPreset
-from openprogram_yaml.runtime.toolsets import resolve_preset
+from openprogram_yaml.runtime.toolsets import as_tool, resolve_preset
+from openprogram_yaml.runtimes.protocol import ToolSpec
 
 NAMES = ["read_file", "search_docs", "lookup_order", "order_delete", "file_delete", "count_words"]
 
@@ -162,3 +163,35 @@ def test_tools_source_filter(make: Any) -> None:
     rt, model = make(["a"], tools=[*tools(), mcp])
     rt.exec("x", tools_source=["mcp:*"])
     assert offered(model) == {"remote"}
+
+
+class _Counter:
+    """A tool object, as a compiled agent's tools are."""
+
+    def __init__(self) -> None:
+        self.spec = ToolSpec(name="count", description="", parameters={"type": "object"})
+        self.confirm: object = None
+
+    async def execute(self) -> str:
+        return "ok"
+
+
+def test_a_tool_object_is_made_into_a_tool_once_until_it_changes() -> None:
+    obj = _Counter()
+    first = as_tool(obj)
+    assert as_tool(obj) is first  # every run's Runtime gets the same Tool
+    assert first.is_async and first.confirm is None
+    obj.confirm = "Count them?"  # the compiler sets confirm: a changed object is made again
+    asked = as_tool(obj)
+    assert asked is not first and asked.confirm is not None
+    assert asked.confirm({}) == "Count them?"
+    obj.spec = ToolSpec(name="count2", description="", parameters={"type": "object"})
+    assert as_tool(obj).name == "count2"
+
+
+def test_a_dict_tool_is_made_again_each_time() -> None:
+    spec = {"name": "d", "parameters": {"type": "object"}}
+    item = {"spec": spec, "execute": lambda: "ok"}
+    first = as_tool(item)
+    spec["description"] = "changed in place"
+    assert as_tool(item).spec.description == "changed in place" and first.spec.description == ""
