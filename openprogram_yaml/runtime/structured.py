@@ -283,7 +283,6 @@ class StructuredTerminal:
         self.response_format = fmt.native_payload() if mode == "native" else None
         self.hidden_tools: tuple[ToolSpec, ...] = ()
         self._wrapped = False
-        schema_text = json.dumps(fmt.schema, sort_keys=True)
         if mode == "tool":
             params, self._wrapped = _submit_parameters(fmt.schema)
             self.hidden_tools = (
@@ -301,7 +300,8 @@ class StructuredTerminal:
         elif mode == "prompt":
             self.system_suffix = (
                 "Reply with only a JSON value that matches this JSON Schema: no code fences, "
-                f"no comments, no text before or after it.\n{schema_text}"
+                "no comments, no text before or after it.\n"
+                + json.dumps(fmt.schema, sort_keys=True)
             )
         else:
             self.system_suffix = ""
