@@ -1,10 +1,11 @@
 """Per-call overhead: sequential calls through ``Runtime.exec`` in a warm process, beside
 bare aiohttp making the same HTTP exchanges in the same run (loopback server, no latency).
 
-Three paths, each a batch's: plain text; a response schema (the reply parsed and validated);
-a tool round trip (the model calls a sync ``python:`` tool, then answers: two requests). The bare
-side sends the same bodies and reads the same replies (for the tool path: both requests,
-the tool called in line).
+The paths a batch uses: plain text; a response schema (the reply parsed and validated); a
+tool round trip (the model calls a sync ``python:`` tool, then answers: two requests); the
+same with an ``async def`` tool (run on the loop, where a sync one goes to a worker thread:
+``runtime/blocking.py`` says why). The bare side sends the same bodies and reads the same
+replies (for the tool paths: both requests, the tool called in line).
 
 Each path is timed twice through the project: ``Runtime.exec`` (the Python API), and a
 compiled agent's method run as a batch runs its rows (``execute_run``, shared runtimes).
@@ -13,7 +14,7 @@ Goal: every path at most 1.3x bare aiohttp's time per call. Also shown, for the 
 decision: httpx's default transport, bare and under ``Runtime.exec`` (plain path).
 
     python benchmarks/per_call.py [--calls 1000] [--rounds 5] [--no-httpx]
-        [--paths plain,schema,tools]
+        [--paths plain,schema,tools,async_tool]
 """
 
 from __future__ import annotations
@@ -71,6 +72,11 @@ TOOL_SPEC = {
 
 
 def echo(text: str) -> str:
+    """Say the text back."""
+    return text
+
+
+async def aecho(text: str) -> str:
     """Say the text back."""
     return text
 
@@ -149,11 +155,14 @@ class Exec:
     def __init__(self, runtime: Runtime, path: str = "plain") -> None:
         self.runtime = runtime
         # The tool kind a compiled agent's ``python:`` tool is (this file is its project).
-        tool = PythonTool("echo", None, None, "per_call:echo", Path(__file__).parent)
+        here = Path(__file__).parent
+        tool = PythonTool("echo", None, None, "per_call:echo", here)
+        atool = PythonTool("echo", None, None, "per_call:aecho", here)
         self.call: Callable[[], object] = {
             "plain": lambda: runtime.exec("ping"),
             "schema": lambda: runtime.exec("ping", response_format=SCHEMA),
             "tools": lambda: runtime.exec("ping", tools=[tool]),
+            "async_tool": lambda: runtime.exec("ping", tools=[atool]),
         }[path]
 
     def block(self, calls: int) -> float:
@@ -174,13 +183,17 @@ agents: [agents/*.yaml]
 providers:
   bench: {runtime: openai, base_url: "%(url)s"}
 """,
-    "bench_tools.py": "def echo(text: str) -> str:\n    return text\n",
+    "bench_tools.py": (
+        "def echo(text: str) -> str:\n    return text\n\n\n"
+        "async def aecho(text: str) -> str:\n    return text\n"
+    ),
     "agents/bench.yaml": """\
 version: 1
 name: bench
 model: bench:bench
 tools:
   echo: {python: "bench_tools:echo"}
+  aecho: {python: "bench_tools:aecho"}
 methods:
   plain: {inputs: {q: {type: string}}, prompt: "{{ q }}", toolset: none}
   schema:
@@ -188,7 +201,8 @@ methods:
     prompt: "{{ q }}"
     toolset: none
     response_schema: %(schema)s
-  tools: {inputs: {q: {type: string}}, prompt: "{{ q }}"}
+  tools: {inputs: {q: {type: string}}, prompt: "{{ q }}", tools_allow: [echo]}
+  async_tool: {inputs: {q: {type: string}}, prompt: "{{ q }}", tools_allow: [aecho]}
 """,
 }
 
@@ -249,7 +263,12 @@ def one_round(
     return {name: total / calls for name, total in totals.items()}
 
 
-PATH_NAMES = {"plain": "plain text", "schema": "response schema", "tools": "tool round trip"}
+PATH_NAMES = {
+    "plain": "plain text",
+    "schema": "response schema",
+    "tools": "tool round trip",
+    "async_tool": "async tool round trip",
+}
 
 
 def main() -> None:
@@ -257,7 +276,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--no-httpx", action="store_true", help="skip the httpx comparison")
-    parser.add_argument("--paths", default="plain,schema,tools", help="which paths to time")
+    parser.add_argument(
+        "--paths", default="plain,schema,tools,async_tool", help="which paths to time"
+    )
     args = parser.parse_args()
     n = args.calls
     paths = [p for p in args.paths.split(",") if p]
