@@ -64,7 +64,9 @@ class BatchJob:
 
 @dataclass(frozen=True, slots=True)
 class RowResult:
-    """A finished row: what a caller reads, and ``line``, its output line (redacted)."""
+    """A finished row: what a caller reads, and ``line``, its output line. ``line`` and
+    ``error`` are redacted with the run's secrets (a summary quotes errors); ``output`` is
+    the run's own, as ``execute_run`` returns it."""
 
     key: Key
     digest: str
@@ -101,13 +103,16 @@ class RowResult:
             id=record.id,
         )
         line = json.dumps(data, ensure_ascii=False, default=repr)
+        error = record.error
+        if error is not None and record.secrets:  # the summary quotes it: shown redacted
+            error = json.loads(redact(json.dumps(error, default=repr), record.secrets))
         return cls(
             key=row.key,
             digest=row.digest,
             status=record.status,
             inputs=row.inputs,
             output=record.output,
-            error=record.error,
+            error=error,
             model=record.model,
             usage=record.usage,
             cost=record.cost,
@@ -175,9 +180,10 @@ class LocalEngine:
 
         reading_failed: BaseException | None = None
         more = True
+        running = 0
         try:
             while True:
-                while more and len(in_flight) < job.concurrency:
+                while more and running < job.concurrency:
                     try:
                         row = await anext(rows)
                     except StopAsyncIteration:
@@ -189,9 +195,12 @@ class LocalEngine:
                     task = asyncio.create_task(one(row))
                     in_flight.add(task)
                     task.add_done_callback(in_flight.discard)
-                if not in_flight and finished.empty():
+                    running += 1
+                if not running:
                     break
+                # Each row puts exactly one item (its result, or None) when it ends.
                 result = await finished.get()
+                running -= 1
                 if result is not None:
                     yield result
             if reading_failed is not None:

@@ -14,7 +14,6 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import IO
 
 from ...errors import UsageError
 from ...json_types import JSONObject, JSONValue
@@ -67,28 +66,22 @@ def sniff_format(name: str, first: str) -> str:
     return "jsonl" if stripped.startswith("{") else "csv"
 
 
-def read_rows(stream: IO[str], name: str, kind: str | None = None) -> Iterator[tuple[str, JSONObject]]:
-    """``(where, row)`` for each row of ``stream`` (named ``name`` in messages), in order.
-
-    ``kind`` is ``jsonl``, ``csv`` or ``json``; None sniffs it from the name and the first
-    line. Blank lines of JSON Lines are skipped. CSV values are strings (``row_values``
-    turns them into the inputs' types)."""
-    first = ""
-    if kind is None:
-        first = stream.readline()
-        kind = sniff_format(name, first)
+def read_rows(lines: Iterable[str], name: str, kind: str) -> Iterator[tuple[str, JSONObject]]:
+    """``(where, row)`` for each row of ``lines`` (a file, or lines ending with newlines;
+    named ``name`` in messages), in order. ``kind`` is ``jsonl``, ``csv`` or ``json``
+    (``sniff_format`` guesses it). Blank lines are skipped. CSV values are strings
+    (``row_values`` turns them into the inputs' types)."""
     if kind == "jsonl":
-        yield from _jsonl(first, stream, name)
+        yield from _jsonl(lines, name)
     elif kind == "csv":
-        yield from _csv(first, stream, name)
+        yield from _csv(lines, name)
     elif kind == "json":
-        yield from _json_array(first + stream.read(), name)
+        yield from _json_array("".join(lines), name)
     else:
         raise UsageError(f"unknown input format {kind!r} (jsonl, csv or json)")
 
 
-def _jsonl(first: str, stream: IO[str], name: str) -> Iterator[tuple[str, JSONObject]]:
-    lines = stream if not first else _chain(first, stream)
+def _jsonl(lines: Iterable[str], name: str) -> Iterator[tuple[str, JSONObject]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -108,13 +101,7 @@ def _jsonl(first: str, stream: IO[str], name: str) -> Iterator[tuple[str, JSONOb
         yield f"{name}:{number}", value
 
 
-def _chain(first: str, rest: Iterable[str]) -> Iterator[str]:
-    yield first
-    yield from rest
-
-
-def _csv(first: str, stream: IO[str], name: str) -> Iterator[tuple[str, JSONObject]]:
-    lines: Iterable[str] = _chain(first, stream) if first else stream
+def _csv(lines: Iterable[str], name: str) -> Iterator[tuple[str, JSONObject]]:
     reader = csv.reader(lines)
     try:
         header = next(reader)
@@ -150,7 +137,9 @@ def _json_array(text: str, name: str) -> Iterator[tuple[str, JSONObject]]:
             f"{name}:{exc.lineno}: not valid JSON: {exc.msg} at column {exc.colno}"
         ) from None
     if not isinstance(value, list):
-        raise BatchInputError(f"{name}:1: a JSON input must be an array of rows, not {_kind(value)}")
+        raise BatchInputError(
+            f"{name}:1: a JSON input must be an array of rows, not {_kind(value)}"
+        )
     for index, item in enumerate(value):
         if not isinstance(item, dict):
             raise BatchInputError(

@@ -1,0 +1,364 @@
+"""``openprogram-run batch PATH METHOD --input FILE --output FILE``: one method over every row
+of a dataset (the engine and its output: ``run.batch``).
+
+Progress shows on stderr when it is a terminal (``rich``): rows done and failed, the rate,
+tokens, cost and, for a file, the time left; nothing when piped or with ``--quiet``. The
+summary at the end goes to stderr, or to stdout as JSON with ``--json``.
+
+Exit status: 0 every row ok, 1 a row failed (or ``--max-failures`` stopped the batch),
+2 a usage error or an input line that cannot be read, 130 interrupted (Ctrl-C; SIGTERM
+gives 143): the rows finished are kept, and ``--resume`` goes on from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError, UsageError
+from ..json_types import JSONObject
+from ..redaction import redact
+from ..run.batch.driver import BatchSummary, drive_batch
+from ..run.batch.engine import DEFAULT_CONCURRENCY, BatchEngine, BatchJob, LocalEngine, RowResult
+from ..run.batch.output import DoneRows, OutputWriter
+from ..run.batch.rows import BatchRow, Key, make_rows, read_rows, row_values, sniff_format
+from ..run.costs import cost_text, usage_line
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+__all__ = ["batch_command"]
+
+_DESCRIPTION = f"""\
+Run METHOD once for every row of --input and write one JSON line per row to --output:
+  key, digest, status (ok | failed), inputs, output or error, model, usage, cost,
+  latency_s, version. Rows run {DEFAULT_CONCURRENCY} at a time by default (--concurrency).
+
+Input: JSON Lines, CSV (a header line naming the columns) or a JSON array of objects;
+`-` reads standard input. Each row holds the method's inputs (--map COLUMN=INPUT renames a
+column, --map COLUMN= drops it). A line that cannot be read stops the batch naming it
+(FILE:LINE), after the rows already started are written.
+
+--resume skips the rows --output already holds with status ok (same key, same inputs);
+failed rows run again and their new line follows the old one (the last line of a key wins).
+Without --resume an --output that holds lines is refused.
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .cli import _Parser, _positive
+
+    p = _Parser(
+        prog="openprogram-run batch",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("path", metavar="PATH", help="an agent file or a project folder")
+    p.add_argument("method", metavar="METHOD", help="the method to run (AGENT.METHOD in a project)")
+    p.add_argument("--input", metavar="FILE", required=True, help="the rows (`-`: stdin)")
+    p.add_argument("--output", metavar="FILE", required=True, type=Path, help="JSON Lines out")
+    p.add_argument(
+        "--format", choices=("jsonl", "csv", "json"), help="the input's format (default: guessed)"
+    )
+    p.add_argument(
+        "--map",
+        metavar="COLUMN=INPUT",
+        action="append",
+        default=[],
+        help="fill INPUT from COLUMN (empty INPUT: drop the column)",
+    )
+    p.add_argument("--key", metavar="COLUMN", help="the column that names a row (default: index)")
+    p.add_argument("--agent", help="which agent, when PATH holds several")
+    p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model")
+    p.add_argument(
+        "--concurrency",
+        metavar="N",
+        type=_positive(int),
+        default=DEFAULT_CONCURRENCY,
+        help=f"rows in flight at once (default {DEFAULT_CONCURRENCY})",
+    )
+    p.add_argument(
+        "--rpm", metavar="N", type=_positive(float), help="model calls a minute, at most"
+    )
+    p.add_argument("--tpm", metavar="N", type=_positive(float), help="tokens a minute, at most")
+    p.add_argument(
+        "--max-failures", metavar="N", type=_positive(int), help="stop after N failed rows"
+    )
+    p.add_argument("--resume", action="store_true", help="skip rows --output already holds")
+    p.add_argument("--replay", metavar="DIR", type=Path, help="answer from the recordings in DIR")
+    p.add_argument(
+        "--live-tools",
+        action="store_true",
+        help="run http and command tools for real under the offline `test` model too",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress, no summary text")
+    return p
+
+
+def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> int:
+    """The ``batch`` subcommand; returns the exit status. ``engine`` runs the rows (default:
+    the local engine on the compiled program)."""
+    args = _parser().parse_args(argv)
+    from ..compile.cache import compile_cached
+    from ..run.record import run_secrets
+    from ..run.version import GitStamper
+
+    try:
+        program = compile_cached(Path(args.path))
+    except ConfigError as exc:
+        from .cli import _print_config_error
+
+        return _print_config_error(exc)
+    secrets: frozenset[str] = frozenset()
+    try:
+        agent, name = program.select(args.method, agent=args.agent, path=Path(args.path))
+        secrets = run_secrets(agent)
+        method = agent.method(name or None)
+        renames = _renames(args.map)
+        done = _resumed(args.output, args.resume)
+    except UsageError as exc:
+        return _fail(f"error: {exc}", secrets)
+    job = BatchJob(
+        path=Path(args.path),
+        agent=agent.name,
+        method=method.name,
+        model=args.model,
+        concurrency=int(args.concurrency),
+        rpm=args.rpm,
+        tpm=args.tpm,
+        replay=args.replay,
+        live_tools=args.live_tools,
+        version=GitStamper().stamp(program),
+    )
+    try:
+        source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        return _fail(f"error: cannot read {args.input} (--input): {exc.strerror or exc}")
+    name_shown = "<stdin>" if args.input == "-" else args.input
+
+    try:
+        first = source.readline()
+    except (OSError, UnicodeDecodeError) as exc:
+        return _fail(f"error: cannot read {name_shown} (--input): {exc}")
+    kind = args.format or sniff_format(name_shown, first)
+
+    def convert(row: JSONObject, where: str) -> tuple[Key, JSONObject]:
+        return row_values(
+            row,
+            where,
+            inputs=method.inputs,
+            renames=renames,
+            key_column=args.key,
+            from_text=kind == "csv",
+        )
+
+    rows = make_rows(read_rows(itertools.chain([first], source), name_shown, kind), convert)
+    progress = None
+    if not args.quiet and sys.stderr.isatty():
+        progress = _Progress(_count_rows(args.input, kind))
+    started = time.perf_counter()
+    summary = BatchSummary()
+    try:
+        writer = OutputWriter(args.output)
+    except OSError as exc:
+        return _fail(f"error: cannot write {args.output} (--output): {exc.strerror or exc}")
+    code = 0
+    try:
+        code = _drive(
+            engine or LocalEngine(program),
+            job,
+            rows,
+            writer,
+            done=done,
+            max_failures=args.max_failures,
+            summary=summary,
+            on_result=None if progress is None else progress.update,
+        )
+    except UsageError as exc:  # a row that cannot be read: said after the rows before it
+        code = 2
+        if progress is not None:
+            progress.stop()
+            progress = None
+        _fail(f"error: {exc}", secrets)
+    finally:
+        if progress is not None:
+            progress.stop()
+        writer.close()
+        if source is not sys.stdin:
+            source.close()
+    elapsed = time.perf_counter() - started
+    if code in (130, 143):
+        summary.stopped = summary.stopped or "interrupted"
+    if args.json:
+        data = summary.to_dict()
+        data["elapsed_s"] = round(elapsed, 3)
+        data["output"] = str(args.output)
+        print(redact(json.dumps(data, ensure_ascii=False), secrets))
+    elif not args.quiet:
+        print(redact(_summary_text(summary, elapsed), secrets), file=sys.stderr)
+    if code:
+        return code
+    return 1 if summary.failed or summary.stopped else 0
+
+
+def _fail(message: str, secrets: frozenset[str] = frozenset()) -> int:
+    print(redact(message, secrets), file=sys.stderr)
+    return 2
+
+
+def _renames(items: Sequence[str]) -> dict[str, str]:
+    renames: dict[str, str] = {}
+    for item in items:
+        column, sep, target = item.partition("=")
+        if not sep or not column:
+            raise UsageError(f"--map {item!r}: write --map COLUMN=INPUT (or COLUMN= to drop it)")
+        renames[column] = target
+    return renames
+
+
+def _resumed(output: Path, resume: bool) -> DoneRows | None:
+    """The rows ``output`` already holds (``--resume``); refuses to mix a new batch into an
+    output that holds lines."""
+    if resume:
+        return DoneRows.read(output)
+    with contextlib.suppress(OSError):
+        if output.stat().st_size > 0:
+            raise UsageError(
+                f"{output} already holds rows: pass --resume to go on from them, or choose "
+                "another --output"
+            )
+    return None
+
+
+def _count_rows(path: str, kind: str | None) -> int | None:
+    """How many rows a file holds (lines, less a CSV header), for the time left; None for
+    standard input or a JSON array."""
+    if path == "-" or kind == "json":
+        return None
+    try:
+        with open(path, "rb") as handle:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+    except OSError:
+        return None
+    return max(0, lines - 1) if kind == "csv" else lines
+
+
+def _drive(
+    engine: BatchEngine,
+    job: BatchJob,
+    rows: Iterator[BatchRow],
+    writer: OutputWriter,
+    *,
+    done: DoneRows | None,
+    max_failures: int | None,
+    summary: BatchSummary,
+    on_result: Callable[[RowResult, BatchSummary], None] | None,
+) -> int:
+    """Run the batch to its end; 0, or 130 (Ctrl-C) / 143 (SIGTERM) when it was stopped.
+    Either way every row finished before the stop is written."""
+    terminated = False
+
+    async def main() -> None:
+        task = asyncio.ensure_future(
+            drive_batch(
+                engine,
+                job,
+                rows,
+                writer,
+                done=done,
+                max_failures=max_failures,
+                on_result=on_result,
+                summary=summary,
+            )
+        )
+
+        def terminate() -> None:
+            nonlocal terminated
+            terminated = True
+            task.cancel()
+
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGTERM, terminate)
+        try:
+            await task
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        return 130
+    except asyncio.CancelledError:
+        return 143 if terminated else 130
+    return 0
+
+
+def _summary_text(summary: BatchSummary, elapsed: float) -> str:
+    rate = summary.done / elapsed if elapsed > 0 else 0.0
+    lines = [
+        f"batch: {summary.ok} ok, {summary.failed} failed, {summary.skipped} skipped "
+        f"in {elapsed:.1f} s ({rate:.1f} rows/s)"
+    ]
+    if summary.stopped:
+        lines.append(f"stopped: {summary.stopped}")
+    p50, p95 = summary.percentile(50), summary.percentile(95)
+    if p50 is not None and p95 is not None:
+        lines.append(f"latency: p50 {p50:.2f} s, p95 {p95:.2f} s")
+    lines.append(usage_line(summary.cost) if summary.cost.get("models") else "tokens: 0")
+    if summary.errors:
+        lines.append("errors:")
+        lines.extend(f"  {n}× {text}" for text, n in summary.errors.items())
+    return "\n".join(lines)
+
+
+class _Progress:
+    """Rows done and failed, the rate, tokens, cost and the time left, on stderr (``rich``)."""
+
+    def __init__(self, total: int | None) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress: Progress = Progress(
+            TextColumn("batch"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(file=sys.stderr),
+            transient=True,
+        )
+        self._task: TaskID = self._progress.add_task("batch", total=total, detail="")
+        self._started = time.perf_counter()
+        self._progress.start()
+
+    def update(self, result: RowResult, summary: BatchSummary) -> None:
+        elapsed = time.perf_counter() - self._started
+        rate = summary.done / elapsed if elapsed > 0 else 0.0
+        detail = (
+            f"{summary.failed} failed · {rate:.1f}/s · "
+            f"{summary.input_tokens + summary.output_tokens:,} tokens · {cost_text(summary.cost)}"
+        )
+        self._progress.update(self._task, completed=summary.done + summary.skipped, detail=detail)
+
+    def stop(self) -> None:
+        self._progress.stop()
