@@ -129,7 +129,27 @@ def _from_envelope(env: Mapping[str, object]) -> JsonSchemaOutput:
         what = f"unknown keys {unknown}" if unknown else "no 'schema'"
         raise _schema_error(f"the response_format envelope has {what}")
     options: dict[str, Any] = {k: env[k] for k in _ENVELOPE_KEYS if k in env}
-    return JsonSchemaOutput(**options)
+    # A compiled method passes a fresh copy of its envelope on every call, around the same
+    # schema object: the output made for that schema and those options is made once
+    # (checking the schema's references walked it on every call).
+    schema = options["schema"]
+    rest = [(k, type(v), v) for k, v in sorted(options.items()) if k != "schema"]
+    key: tuple[object, ...] | None = (id(schema), *rest)
+    try:
+        hit = _envelopes.get(key) if key is not None else None
+    except TypeError:  # an option that is not a plain value: checked (and refused) below
+        hit = key = None
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    result = JsonSchemaOutput(**options)
+    if key is not None:
+        if len(_envelopes) > 512:
+            _envelopes.clear()
+        _envelopes[key] = (schema, result)
+    return result
+
+
+_envelopes: dict[tuple[object, ...], tuple[object, JsonSchemaOutput]] = {}
 
 
 _normalized: dict[int, tuple[object, JsonSchemaOutput]] = {}

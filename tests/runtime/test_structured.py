@@ -500,3 +500,17 @@ def test_a_reply_nested_past_the_decoders_depth_is_invalid_json_and_repaired(mak
     rt, model = make([Reply.text("[" * 100_000), Reply.json(GOOD)], caps=NATIVE)
     assert rt.exec("x", response_format=SCHEMA) == GOOD
     assert len(model.requests) == 2
+
+
+def test_a_fresh_copy_of_the_same_envelope_gives_the_same_output() -> None:
+    # A compiled method passes dict(its envelope) on every call: made once, not per call.
+    schema = {"type": "object", "properties": {"label": {"type": "string"}}}
+    envelope = {"schema": schema, "name": "label", "strict": True}
+    first = normalize_response_format(dict(envelope))
+    assert normalize_response_format(dict(envelope)) is first
+    assert normalize_response_format({**envelope, "strict": False}) is not first
+    # An equal but not identical option is still checked: strict=1 is no boolean.
+    with pytest.raises(StructuredOutputSchemaError, match="strict must be true or false"):
+        normalize_response_format({**envelope, "strict": 1})
+    # A schema that is equal but another object gets its own output.
+    assert normalize_response_format({**envelope, "schema": dict(schema)}) is not first
