@@ -8,7 +8,6 @@ resume and whole lines hold the same way for all of them.
 from __future__ import annotations
 
 import math
-from array import array
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -22,6 +21,17 @@ __all__ = ["BatchSummary", "drive_batch"]
 
 #: How many distinct errors the summary lists.
 _ERRORS_SHOWN = 5
+
+#: Latency buckets grow by 2%: a bucket's value is within 1% of every latency in it.
+_RATIO = 1.02
+#: The bucket of a latency of 0 (a row that failed before it ran).
+_ZERO = -(10**6)
+
+
+def _bucket(seconds: float) -> int:
+    if seconds <= 0:
+        return _ZERO
+    return round(math.log(seconds) / math.log(_RATIO))
 
 
 @dataclass(slots=True)
@@ -39,7 +49,9 @@ class BatchSummary:
     cost: JSONObject = field(default_factory=lambda: {"usd": 0.0, "models": []})
     #: ``"Type: message"`` of the first distinct errors, with how many rows had each.
     errors: dict[str, int] = field(default_factory=dict)
-    latencies: array[float] = field(default_factory=lambda: array("d"))
+    #: Rows by latency bucket (``_bucket``): the percentiles in memory that stays flat
+    #: however many rows run, within 1% of the exact value.
+    latencies: dict[int, int] = field(default_factory=dict)
 
     @property
     def done(self) -> int:
@@ -54,7 +66,8 @@ class BatchSummary:
             text = f"{error.get('type', 'Error')}: {error.get('message', '')}".splitlines()[0]
             if text in self.errors or len(self.errors) < _ERRORS_SHOWN:
                 self.errors[text] = self.errors.get(text, 0) + 1
-        self.latencies.append(result.latency_s)
+        bucket = _bucket(result.latency_s)
+        self.latencies[bucket] = self.latencies.get(bucket, 0) + 1
         usage = result.usage or {}
         self.input_tokens += int(usage.get("input_tokens", 0))
         self.output_tokens += int(usage.get("output_tokens", 0))
@@ -62,11 +75,18 @@ class BatchSummary:
             self.cost = sum_costs([self.cost, result.cost])
 
     def percentile(self, p: float) -> float | None:
-        """The ``p``-th percentile of the rows' latency (nearest rank), None with no row."""
-        if not self.latencies:
+        """The ``p``-th percentile of the rows' latency (nearest rank, within 1%), None with
+        no row."""
+        total = sum(self.latencies.values())
+        if not total:
             return None
-        ordered = sorted(self.latencies)
-        return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+        rank = max(1, math.ceil(p / 100 * total))
+        seen = 0
+        for bucket in sorted(self.latencies):
+            seen += self.latencies[bucket]
+            if seen >= rank:
+                return _RATIO**bucket if bucket > _ZERO else 0.0
+        return None  # not reached: the ranks add up to total
 
     def to_dict(self) -> JSONObject:
         p50, p95 = self.percentile(50), self.percentile(95)
