@@ -194,8 +194,8 @@ def row_values(
         declared = ", ".join(sorted(inputs)) or "none"
         raise BatchInputError(
             f"{where}: column {', '.join(repr(c) for c in unknown)} is no input of the method "
-            f"(it declares: {declared}); rename it with --map COLUMN=INPUT or drop it with "
-            "--map COLUMN="
+            f"(it declares: {declared}); rename it with --map {unknown[0]}=INPUT or drop it "
+            f"with --map {unknown[0]}="
         )
     return key, values
 

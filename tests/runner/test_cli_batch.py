@@ -1,0 +1,214 @@
+"""``openprogram-run batch``, run as users run it: files in, JSON Lines out, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from loopback import LoopbackServer, Request, chat_completion, json_reply
+from support import EXAMPLES, REPO
+
+from openprogram_yaml.runner.cli import main
+
+AGENT = """\
+version: 1
+name: tagger
+model: test
+methods:
+  tag:
+    inputs:
+      ticket: {type: string, minLength: 1}
+      priority: {type: integer, default: 3}
+    prompt: "Tag ({{ priority }}): {{ ticket }}"
+"""
+
+LOOPBACK_AGENT = """\
+version: 1
+name: tagger
+model: local:llama3
+retry: {max_retries: 1}
+runtimes:
+  - {match: "local:*", runtime: openai, options: {base_url: "%s"}}
+methods:
+  tag:
+    inputs: {ticket: {type: string}}
+    prompt: "Tag: {{ ticket }}"
+"""
+
+
+def _batch(agent: Path, method: str, rows: Path, out: Path, *more: str) -> list[str]:
+    return ["batch", str(agent), method, "--input", str(rows), "--output", str(out), *more]
+
+
+def _lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_jsonl_rows_each_get_a_line_keyed_by_a_column(write, tmp_path, capsys) -> None:
+    agent = write("agent.yaml", AGENT)
+    rows = write("in.jsonl", '{"id": "a", "ticket": "one"}\n{"id": "b", "ticket": "two"}\n')
+    out = tmp_path / "out.jsonl"
+    code = main(_batch(agent, "tag", rows, out, "--key", "id", "--json"))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    lines = _lines(out)
+    assert sorted(line["key"] for line in lines) == ["a", "b"]
+    first = next(line for line in lines if line["key"] == "a")
+    assert first["inputs"] == {"ticket": "one"}
+    assert first["status"] == "ok" and isinstance(first["output"], str)
+    assert first["model"] == "test"
+    assert {"usage", "cost", "latency_s", "version", "digest"} <= set(first)
+    summary = json.loads(captured.out)
+    assert summary["ok"] == 2 and summary["failed"] == 0
+    assert summary["tokens"]["input"] > 0 and summary["latency_s"]["p50"] is not None
+
+
+def test_csv_columns_are_mapped_and_typed(write, tmp_path, capsys) -> None:
+    agent = write("agent.yaml", AGENT)
+    rows = write("in.csv", 'text,prio,note\nhello,1,x\n"a, b",2,y\n')
+    out = tmp_path / "out.jsonl"
+    code = main(
+        _batch(
+            agent,
+            "tag",
+            rows,
+            out,
+            "--map",
+            "text=ticket",
+            "--map",
+            "prio=priority",
+            "--map",
+            "note=",
+        )
+    )
+    assert code == 0, capsys.readouterr().err
+    by_key = {line["key"]: line for line in _lines(out)}
+    assert by_key[0]["inputs"] == {"ticket": "hello", "priority": 1}
+    assert by_key[1]["inputs"] == {"ticket": "a, b", "priority": 2}
+
+
+def test_an_unknown_column_is_an_error_naming_the_line(write, tmp_path, capsys) -> None:
+    agent = write("agent.yaml", AGENT)
+    rows = write("in.csv", "ticket,note\nhello,x\n")
+    code = main(["batch", str(agent), "tag", "--input", str(rows), "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{rows}:2: column 'note' is no input of the method" in err
+    assert "--map note=" in err
+
+
+def test_a_json_array_and_failed_rows_recorded(write, tmp_path, capsys) -> None:
+    agent = write("agent.yaml", AGENT)
+    rows = write("in.json", '[{"ticket": "ok"}, {"ticket": ""}, {"ticket": "fine"}]')
+    out = tmp_path / "out.jsonl"
+    code = main(["batch", str(agent), "tag", "--input", str(rows), "--output", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1  # a row failed; the others ran
+    by_key = {line["key"]: line for line in _lines(out)}
+    assert [by_key[k]["status"] for k in (0, 1, 2)] == ["ok", "failed", "ok"]
+    assert by_key[1]["error"]["type"] == "InputValidationError"  # type: ignore[index]
+    assert "2 ok, 1 failed" in err and "1× InputValidationError" in err
+
+
+def test_a_torn_input_line_stops_the_batch_naming_it(write, tmp_path, capsys) -> None:
+    agent = write("agent.yaml", AGENT)
+    rows = tmp_path / "in.jsonl"
+    rows.write_text('{"ticket": "one"}\n{"ticket": "two"}\n{"ticket": "thr', encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    code = main(["batch", str(agent), "tag", "--input", str(rows), "--output", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"error: {rows}:3: a torn line (it ends before its JSON does)" in err
+    assert "Traceback" not in err
+    assert sorted(line["key"] for line in _lines(out)) == [0, 1]  # the rows before it kept
+
+
+def test_max_failures_stops_early(write, tmp_path, capsys) -> None:
+    agent = write("agent.yaml", AGENT)
+    rows = write("in.jsonl", "".join('{"ticket": ""}\n' for _ in range(10)))
+    out = tmp_path / "out.jsonl"
+    code = main(_batch(agent, "tag", rows, out, "--max-failures", "2", "--concurrency", "1"))
+    err = capsys.readouterr().err
+    assert code == 1
+    assert len(_lines(out)) == 2
+    assert "stopped: 2 rows failed (--max-failures 2)" in err
+
+
+def test_stdin_input_and_an_output_in_use_is_refused_without_resume(write, tmp_path) -> None:
+    agent = write("agent.yaml", AGENT)
+    out = tmp_path / "out.jsonl"
+    command = [sys.executable, "-m", "openprogram_yaml", "batch", str(agent), "tag"]
+    command += ["--input", "-", "--output", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        command, input='{"ticket": "a"}\n{"ticket": "b"}\n', capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(_lines(out)) == 2
+    again = subprocess.run(command, input="", capture_output=True, text=True, env=env)
+    assert again.returncode == 2
+    assert "already holds rows: pass --resume" in again.stderr
+
+
+def test_resume_after_kill_9_loses_no_row_and_runs_none_twice(write, tmp_path) -> None:
+    # The child runs 2 rows at a time; the server answers the first 6 calls and holds the
+    # next two. Once both are held, the 6 rows answered are written (a row starts only
+    # after the one before it was written), and the child is killed with SIGKILL.
+    rows_in = write("in.jsonl", "".join(f'{{"ticket": "t{i}"}}\n' for i in range(10)))
+    out = tmp_path / "out.jsonl"
+    held = threading.Event()
+    release = threading.Event()
+    count = 0
+    lock = threading.Lock()
+
+    def answer(request: Request):  # type: ignore[no-untyped-def]
+        nonlocal count
+        with lock:
+            count += 1
+            number = count
+        if number > 6:
+            if number == 8:
+                held.set()
+            release.wait(30)
+        return json_reply(chat_completion("tag-" + request.json["messages"][-1]["content"]))
+
+    with LoopbackServer() as server:
+        server.add(*([answer] * 20))
+        agent = write("agent.yaml", LOOPBACK_AGENT % (server.url + "/v1"))
+        command = [sys.executable, "-m", "openprogram_yaml", "batch", str(agent), "tag"]
+        command += ["--input", str(rows_in), "--output", str(out), "--concurrency", "2"]
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
+        try:
+            assert held.wait(60), "the child never reached the held calls"
+            child.send_signal(signal.SIGKILL)
+            child.wait(30)
+        finally:
+            release.set()
+            if child.poll() is None:
+                child.kill()
+        assert child.returncode == -signal.SIGKILL
+        first = _lines(out)
+        assert len(first) == 6
+        calls_before = len(server.requests)
+        resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True)
+        assert resumed.returncode == 0, resumed.stderr
+        assert len(server.requests) - calls_before == 4  # only the rows not written
+    lines = _lines(out)
+    keys = [line["key"] for line in lines]
+    assert sorted(keys) == list(range(10))  # none lost, none twice
+    assert all(line["status"] == "ok" for line in lines)
+    assert "0 failed, 6 skipped" in resumed.stderr
+
+
+def test_the_example_dataset_runs_offline(tmp_path, capsys) -> None:
+    out = tmp_path / "labels.jsonl"
+    tickets = EXAMPLES / "data" / "tickets.jsonl"
+    code = main(_batch(EXAMPLES / "triage.yaml", "classify", tickets, out, "--key", "id"))
+    assert code == 0, capsys.readouterr().err
+    assert len(_lines(out)) == 12
