@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         UserDeclined,
     )
     from .providers.test import FakeClock, Reply, ScriptedRuntime, TestRuntime
+    from .run.batch.engine import RowResult, run_batch
     from .runtime import (
         JsonSchemaOutput,
         RetryInfo,
@@ -121,6 +122,9 @@ _EXPORTS: dict[str, str] = {
     "ProviderConfig": "runtimes.rules",
     "RuntimeRule": "runtimes.rules",
     "RuntimeSelector": "runtimes.select",
+    # batch runs
+    "RowResult": "run.batch.engine",
+    "run_batch": "run.batch.engine",
     # public test doubles
     "FakeClock": "providers.test",
     "Reply": "providers.test",
@@ -149,6 +153,7 @@ __all__ = [
     "ProviderConfig",
     "Reply",
     "RetryInfo",
+    "RowResult",
     "Runtime",
     "RuntimeConfig",
     "RuntimeDelta",
@@ -181,6 +186,7 @@ __all__ = [
     "list_runtimes",
     "register_runtime",
     "resolve_runtime",
+    "run_batch",
     "unregister_runtime",
 ]
 
