@@ -10,6 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
 from loopback import LoopbackServer, Request, chat_completion, json_reply
 from support import EXAMPLES, REPO
 
@@ -155,10 +156,18 @@ def test_stdin_input_and_an_output_in_use_is_refused_without_resume(write, tmp_p
     assert "already holds rows: pass --resume" in again.stderr
 
 
-def test_resume_after_kill_9_loses_no_row_and_runs_none_twice(write, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("stop", "status"),
+    [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGINT, 130), (signal.SIGTERM, 143)],
+    ids=["kill-9", "ctrl-c", "sigterm"],
+)
+def test_resume_after_a_stop_loses_no_row_and_runs_none_twice(
+    write, tmp_path, stop: signal.Signals, status: int
+) -> None:
     # The child runs 2 rows at a time; the server answers the first 6 calls and holds the
     # next two. Once both are held, the 6 rows answered are written (a row starts only
-    # after the one before it was written), and the child is killed with SIGKILL.
+    # after the one before it was written), and the child is stopped: killed with SIGKILL,
+    # or interrupted (Ctrl-C, SIGTERM), which cancels the two rows in flight.
     rows_in = write("in.jsonl", "".join(f'{{"ticket": "t{i}"}}\n' for i in range(10)))
     out = tmp_path / "out.jsonl"
     held = threading.Event()
@@ -186,13 +195,13 @@ def test_resume_after_kill_9_loses_no_row_and_runs_none_twice(write, tmp_path) -
         child = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
         try:
             assert held.wait(60), "the child never reached the held calls"
-            child.send_signal(signal.SIGKILL)
+            child.send_signal(stop)
             child.wait(30)
         finally:
             release.set()
             if child.poll() is None:
                 child.kill()
-        assert child.returncode == -signal.SIGKILL
+        assert child.returncode == status
         first = _lines(out)
         assert len(first) == 6
         calls_before = len(server.requests)
@@ -212,3 +221,23 @@ def test_the_example_dataset_runs_offline(tmp_path, capsys) -> None:
     code = main(_batch(EXAMPLES / "triage.yaml", "classify", tickets, out, "--key", "id"))
     assert code == 0, capsys.readouterr().err
     assert len(_lines(out)) == 12
+
+
+def test_a_batch_replays_recordings_without_the_server(write, tmp_path, capsys) -> None:
+    recordings = tmp_path / "recordings"
+    with LoopbackServer() as server:
+        server.add(*(json_reply(chat_completion(f"tag-{i}")) for i in range(2)))
+        agent = write("agent.yaml", LOOPBACK_AGENT % (server.url + "/v1"))
+        for ticket in ("one", "two"):
+            assert (
+                main([str(agent), "tag", "-i", f"ticket={ticket}", "--record", str(recordings)])
+                == 0
+            )
+    # The server is gone: every answer comes from the recordings.
+    rows = write("in.jsonl", '{"ticket": "two"}\n{"ticket": "one"}\n')
+    out = tmp_path / "out.jsonl"
+    capsys.readouterr()
+    code = main(_batch(agent, "tag", rows, out, "--replay", str(recordings)))
+    assert code == 0, capsys.readouterr().err
+    by_key = {line["key"]: line for line in _lines(out)}
+    assert by_key[0]["output"] == "tag-1" and by_key[1]["output"] == "tag-0"
