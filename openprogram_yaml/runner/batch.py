@@ -36,6 +36,8 @@ from ..run.costs import cost_text, usage_line
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
+    from ..compile.program import Program
+
 __all__ = ["batch_command"]
 
 _DESCRIPTION = f"""\
@@ -100,6 +102,24 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run http and command tools for real under the offline `test` model too",
     )
+    p.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="where rows run: this process (default) or a Ray cluster (the ray extra)",
+    )
+    p.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="--engine ray: the cluster (default: RAY_ADDRESS, else one `ray start` began here, "
+        "else a new local Ray instance)",
+    )
+    p.add_argument(
+        "--workers",
+        metavar="N",
+        type=_positive(int),
+        help="--engine ray: actors running rows (default: one per free CPU of the cluster)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress, no summary text")
     return p
@@ -128,6 +148,11 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
         done = _resumed(args.output, args.resume)
     except UsageError as exc:
         return _fail(f"error: {exc}", secrets)
+    if engine is None and args.engine == "ray":
+        try:
+            engine = _ray_engine(program, args)
+        except UsageError as exc:
+            return _fail(f"error: {exc}", secrets)
     job = BatchJob(
         path=Path(args.path),
         agent=agent.name,
@@ -209,6 +234,21 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
     if code:
         return code
     return 1 if summary.failed or summary.stopped else 0
+
+
+def _ray_engine(program: Program, args: argparse.Namespace) -> BatchEngine:
+    """The Ray engine (``run.batch.ray_engine``); a ``UsageError`` when ray is not installed.
+    The batch's own input and output stay behind when they are in the project folder."""
+    from ..run.batch.ray_engine import RayEngine, import_ray
+
+    import_ray()
+    root = program.root.resolve()
+    excludes: list[str] = []
+    for name in (args.input, str(args.output)):
+        path = Path(name).resolve()
+        if name != "-" and path.is_relative_to(root):
+            excludes.append("/" + path.relative_to(root).as_posix())
+    return RayEngine(program, address=args.address, workers=args.workers, excludes=excludes)
 
 
 def _fail(message: str, secrets: frozenset[str] = frozenset()) -> int:

@@ -235,3 +235,36 @@ def test_without_ray_a_clear_error(monkeypatch) -> None:
         import_ray()
     assert str(caught.value) == RAY_MISSING
     assert caught.value.exit_code == 2
+
+
+def test_the_command_line_with_engine_ray_writes_what_local_writes(
+    ray_address, write, tmp_path
+) -> None:
+    from openprogram_yaml.runner.cli import main
+
+    path = write("tagger.yaml", OFFLINE)
+    data = write("rows.jsonl", "".join(json.dumps({"text": f"t{i}"}) + "\n" for i in range(8)))
+    common = ["batch", str(path), "tag", "--input", str(data), "-q", "--concurrency", "4"]
+    assert main([*common, "--output", str(tmp_path / "local.jsonl")]) == 0
+    out = tmp_path / "ray.jsonl"
+    assert main([*common, "--output", str(out), "--engine", "ray", "--address", ray_address]) == 0
+
+    def lines(name: str) -> dict[Any, dict[str, Any]]:
+        rows = [json.loads(x) for x in (tmp_path / name).read_text().splitlines()]
+        return {r["key"]: {k: v for k, v in r.items() if k not in VOLATILE} for r in rows}
+
+    assert lines("ray.jsonl") == lines("local.jsonl")
+    assert len(lines("ray.jsonl")) == 8
+
+
+def test_the_command_line_without_ray_says_what_to_install(write, monkeypatch, capsys) -> None:
+    from openprogram_yaml.runner.cli import main
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    path = write("tagger.yaml", OFFLINE)
+    data = write("rows.jsonl", '{"text": "a"}\n')
+    out = path.parent / "out.jsonl"
+    argv = ["batch", str(path), "tag", "--input", str(data), "--output", str(out)]
+    assert main([*argv, "--engine", "ray"]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {RAY_MISSING}"
+    assert not out.exists()
