@@ -8,6 +8,12 @@ the process's peak memory (max RSS) under 300 MB. The time of the whole command,
 and compile included, is reported beside it.
 
     python benchmarks/batch.py [--rows 10000] [--concurrency 200] [--latency-ms 100]
+                               [--engine ray [--ray-address ADDR]]
+
+``--engine ray`` runs the same batch on the Ray engine (the ray extra): without
+``--ray-address`` the batch starts a local Ray instance (its start-up counts), with one it
+connects to a running cluster (``ray start --head``). Ray's worker processes are not the
+batch's children: the peak memory is the driver's only.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from _common import ROOT, chat_server, report
@@ -39,7 +46,7 @@ methods:
 
 
 def run_batch(
-    url: str, folder: Path, rows: int, concurrency: int
+    url: str, folder: Path, rows: int, concurrency: int, engine: Sequence[str] = ()
 ) -> tuple[dict[str, object], float, float]:
     """The batch's summary, the command's wall time, and its peak memory (MB)."""
     agent = folder / "agent.yaml"
@@ -52,7 +59,7 @@ def run_batch(
     output.unlink(missing_ok=True)
     command = [sys.executable, "-m", "openprogram_yaml", "batch", str(agent), "label"]
     command += ["--input", str(source), "--output", str(output)]
-    command += ["--concurrency", str(concurrency), "--json", "--quiet"]
+    command += ["--concurrency", str(concurrency), "--json", "--quiet", *engine]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENPROGRAM_CACHE_DIR": str(folder / "cache")}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.perf_counter()
@@ -73,14 +80,19 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=200)
     parser.add_argument("--latency-ms", type=float, default=100.0)
+    parser.add_argument("--engine", choices=("local", "ray"), default="local")
+    parser.add_argument("--ray-address", metavar="ADDR", help="--engine ray: a running cluster")
     args = parser.parse_args()
+    engine = ["--engine", args.engine]
+    if args.ray_address:
+        engine += ["--address", args.ray_address]
     ideal = args.rows / args.concurrency * args.latency_ms / 1000
     print(
         f"batch: {args.rows:,} rows, concurrency {args.concurrency}, "
-        f"{args.latency_ms:g} ms latency (ideal {ideal:.2f} s)"
+        f"{args.latency_ms:g} ms latency (ideal {ideal:.2f} s), engine {args.engine}"
     )
     with chat_server(args.latency_ms) as url, tempfile.TemporaryDirectory() as tmp:
-        summary, wall, peak_mb = run_batch(url, Path(tmp), args.rows, args.concurrency)
+        summary, wall, peak_mb = run_batch(url, Path(tmp), args.rows, args.concurrency, engine)
     elapsed = float(summary["elapsed_s"])  # type: ignore[arg-type]
     latency = summary["latency_s"]
     report(
@@ -97,6 +109,7 @@ def main() -> None:
         f"{args.rows:,}",
         summary["ok"] == args.rows,
     )
+    report("rows / s", f"{args.rows / elapsed:.0f}")
     report("row latency p50 / p95", f"{latency['p50']} s / {latency['p95']} s")  # type: ignore[index]
 
 
