@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -268,3 +269,41 @@ def test_the_command_line_without_ray_says_what_to_install(write, monkeypatch, c
     assert main([*argv, "--engine", "ray"]) == 2
     assert capsys.readouterr().err.strip() == f"error: {RAY_MISSING}"
     assert not out.exists()
+
+
+def test_stopping_cancels_the_rows_in_flight_and_resume_runs_them(ray_address, write) -> None:
+    """Closing the results mid-batch (Ctrl-C does) yields nothing for the rows in flight on
+    the cluster; running the rows not yielded then finishes the batch, none twice."""
+    release = threading.Event()
+    with LoopbackServer() as server:
+
+        def reply(request: Request) -> Any:
+            said = request.json["messages"][-1]["content"]
+            if said not in ("Say row 0", "Say row 1"):
+                release.wait(timeout=60)  # held until the batch was stopped
+            return json_reply(chat_completion(f"echo: {said}"))
+
+        for _ in range(12):
+            server.add(reply)
+        path = write("echo.yaml", LOOPBACK % (server.url + "/v1"))
+        program = compile_path(path)
+        job = BatchJob(path=path, agent=None, method="say", concurrency=2)
+        rows = rows_of([f"row {i}" for i in range(6)])
+        engine = RayEngine(program, address=ray_address, workers=2)
+
+        async def first_two() -> list[RowResult]:
+            results = engine.run(job, _aiter(rows))
+            got = [await anext(results), await anext(results)]
+            await results.aclose()  # type: ignore[attr-defined]
+            return got
+
+        try:
+            first = asyncio.run(first_two())
+        finally:
+            release.set()
+        done = {r.key for r in first}
+        rest = run_engine(engine, job, [r for r in rows if r.key not in done])
+
+    assert done == {0, 1}
+    assert sorted(r.key for r in first + rest) == list(range(6))
+    assert {r.output for r in rest} == {f"echo: Say row {i}" for i in range(2, 6)}
