@@ -25,6 +25,7 @@ SCRIPTS = {
     "serve.py": ["--requests", "500", "--rounds", "1", "--sequential", "200", "--in-flight", "200"],
     "stream.py": ["--calls", "100", "--rounds", "2", "--cli-runs", "5"],
     "mcp.py": ["--calls", "50", "--rounds", "2"],
+    "batch.py": ["--rows", "2000"],
 }
 
 
