@@ -241,3 +241,19 @@ def test_a_batch_replays_recordings_without_the_server(write, tmp_path, capsys) 
     assert code == 0, capsys.readouterr().err
     by_key = {line["key"]: line for line in _lines(out)}
     assert by_key[0]["output"] == "tag-1" and by_key[1]["output"] == "tag-0"
+
+
+def test_secrets_are_redacted_in_lines_and_summary(write, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("BATCH_SECRET", "s3cr3t-batch-value-9")
+    agent = write(
+        "agent.yaml",
+        AGENT.replace("model: test\n", "model: test\nvars: {key: '${env:BATCH_SECRET}'}\n"),
+    )
+    rows = write("in.jsonl", '{"ticket": "s3cr3t-batch-value-9"}\n{"ticket": ""}\n')
+    out = tmp_path / "out.jsonl"
+    code = main(_batch(agent, "tag", rows, out, "--json"))
+    captured = capsys.readouterr()
+    assert code == 1
+    text = out.read_text(encoding="utf-8")
+    assert "s3cr3t-batch-value-9" not in text and "***" in text
+    assert "s3cr3t-batch-value-9" not in captured.out + captured.err

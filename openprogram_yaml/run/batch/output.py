@@ -79,20 +79,17 @@ class DoneRows:
 
 
 class OutputWriter:
-    """Appends complete lines to the output (a file, or a stream such as stdout)."""
+    """Appends complete lines to the output file (made when missing)."""
 
     def __init__(
         self,
-        path: Path | None,
+        path: Path,
         *,
         sync_every_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = path
-        #: None: standard output, which is not synced.
-        self._fd = (
-            1 if path is None else os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        )
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         self._sync_every_s = sync_every_s
         self._clock = clock
         self._synced_at = clock()
@@ -104,7 +101,7 @@ class OutputWriter:
         while data:
             data = data[os.write(self._fd, data) :]
         self._unsynced = True
-        if self.path is not None and self._clock() - self._synced_at >= self._sync_every_s:
+        if self._clock() - self._synced_at >= self._sync_every_s:
             self._sync()
 
     def _sync(self) -> None:
@@ -114,8 +111,6 @@ class OutputWriter:
 
     def close(self) -> None:
         """Sync what is not yet on disk and close the file."""
-        if self.path is None:
-            return
         try:
             if self._unsynced:
                 self._sync()
