@@ -205,11 +205,12 @@ def test_a_program_that_does_not_compile_there_stops_with_why(ray_address, write
         run_engine(RayEngine(program, address=ray_address, workers=1), job, rows_of(["a"]))
 
 
-def test_each_worker_takes_its_share_of_the_rate_limits(write) -> None:
+def test_each_worker_takes_its_share_of_the_rate_limits(write, monkeypatch) -> None:
     """Runs in this process (no Ray needed): W workers each limit to rpm/W and tpm/W."""
     path = write("tagger.yaml", OFFLINE)
     program = compile_path(path)
-    job = BatchJob(path=path, agent=None, method="tag", rpm=600, tpm=90_000)
+    monkeypatch.chdir(path.parent)  # where Ray puts a worker: in the shipped folder
+    job = BatchJob(path=Path("tagger.yaml"), agent=None, method="tag", rpm=600, tpm=90_000)
     worker = RowWorker()
     assert asyncio.run(worker.start(job, program.version, 3)) is None
     assert (worker.limiter.rpm, worker.limiter.tpm) == (200, 30_000)
@@ -307,3 +308,19 @@ def test_stopping_cancels_the_rows_in_flight_and_resume_runs_them(ray_address, w
     assert done == {0, 1}
     assert sorted(r.key for r in first + rest) == list(range(6))
     assert {r.output for r in rest} == {f"echo: Say row {i}" for i in range(2, 6)}
+
+
+def test_a_project_known_by_its_git_checkout_runs_there_too(ray_address, write, tmp_path) -> None:
+    """The project folder is the git checkout (no openprogram.yaml); .git is not shipped, so
+    the worker finds another project folder, yet the program is the same version."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    path = write("agents/tagger.yaml", OFFLINE)
+    program = compile_path(path)
+    assert program.root == tmp_path.resolve()
+    job = BatchJob(path=path, agent=None, method="tag", concurrency=2)
+    rows = rows_of(["a", "b", "c"])
+
+    local = run_engine(LocalEngine(program), job, rows)
+    on_ray = run_engine(RayEngine(program, address=ray_address), job, rows)
+
+    assert lines_by_key(on_ray) == lines_by_key(local)

@@ -112,14 +112,17 @@ class RowWorker:
             program = compile_path(job.path)
         except ConfigError as exc:
             return f"compiling {job.path} on the Ray cluster failed:\n{exc}"
-        if program.version != version:
+        # The hash of the files read, named relative to the shipped folder as the driver's
+        # are to the project folder (the project may be known here by a .git not shipped).
+        shipped = program.reads.version(Path.cwd().resolve())
+        if shipped != version:
             return (
-                f"the program compiled on the Ray cluster (version {program.version}) differs "
+                f"the program compiled on the Ray cluster (version {shipped}) differs "
                 f"from this one ({version}): a file it reads was not shipped (is it outside the "
                 "project folder, or named in .gitignore?) or changed while the batch started"
             )
         self.program, self.job = program, job
-        self.stamp = job.version or VersionStamp(program.version)
+        self.stamp = job.version or VersionStamp(version)
         self.limiter = RateLimiter(
             None if job.rpm is None else job.rpm / share,
             None if job.tpm is None else job.tpm / share,
@@ -232,7 +235,8 @@ class RayEngine:
                     runtime_env=self.runtime_env(),
                     include_dashboard=False,
                     log_to_driver=False,
-                    logging_level=logging.WARNING,
+                    # Not Ray's notes on what it packs or how it connects, errors only.
+                    logging_level=logging.ERROR,
                 )
             except (ConnectionError, ValueError, RuntimeError) as exc:  # unreachable, too big
                 raise UsageError(
