@@ -69,7 +69,12 @@ ray.shutdown()
 def ray_address() -> Iterator[str]:
     """One local Ray instance (2 CPUs) for the module; its address on 127.0.0.1."""
     pytest.importorskip("ray", reason="the Ray engine needs the ray extra (.[test] has it)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "ANTHROPIC_"))}
+    # Its own instance: not a cluster RAY_ADDRESS names, and no developer's keys.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "ANTHROPIC_")) and k != "RAY_ADDRESS"
+    }
     env["RAY_AUTH_MODE"] = "disabled"  # a token would be needed by every test process
     head = subprocess.Popen(
         [sys.executable, "-c", HEAD],
