@@ -30,7 +30,15 @@ from ..redaction import redact
 from ..run.batch.driver import BatchSummary, drive_batch
 from ..run.batch.engine import DEFAULT_CONCURRENCY, BatchEngine, BatchJob, LocalEngine, RowResult
 from ..run.batch.output import DoneRows, OutputWriter
-from ..run.batch.rows import BatchRow, Key, make_rows, read_rows, row_values, sniff_format
+from ..run.batch.rows import (
+    BatchRow,
+    Key,
+    make_rows,
+    read_rows,
+    row_values,
+    sniff_format,
+    unreadable,
+)
 from ..run.costs import cost_text, usage_line
 
 if TYPE_CHECKING:
@@ -174,7 +182,7 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
     try:
         first = source.readline()
     except (OSError, UnicodeDecodeError) as exc:
-        return _fail(f"error: cannot read {name_shown} (--input): {exc}")
+        return _fail(f"error: {unreadable(name_shown, exc)}")
     kind = args.format or sniff_format(name_shown, first)
 
     def convert(row: JSONObject, where: str) -> tuple[Key, JSONObject]:

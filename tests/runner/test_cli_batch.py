@@ -257,3 +257,17 @@ def test_secrets_are_redacted_in_lines_and_summary(write, tmp_path, capsys, monk
     text = out.read_text(encoding="utf-8")
     assert "s3cr3t-batch-value-9" not in text and "***" in text
     assert "s3cr3t-batch-value-9" not in captured.out + captured.err
+
+
+def test_an_input_that_is_not_utf8_is_a_clear_error(write, tmp_path, capsys) -> None:
+    agent = write("agent.yaml", AGENT)
+    rows = tmp_path / "in.jsonl"
+    good = b'{"ticket": "one"}\n' * 1000  # past the first read, so rows run before it
+    for data in (b'{"ticket": "caf\xe9"}\n', good + b'{"ticket": "caf\xe9"}\n'):
+        rows.write_bytes(data)
+        out = tmp_path / f"out-{len(data)}.jsonl"
+        code = main(_batch(agent, "tag", rows, out))
+        err = capsys.readouterr().err
+        assert code == 2
+        assert f"error: {rows}: not UTF-8 text (invalid continuation byte at byte" in err
+        assert "Traceback" not in err

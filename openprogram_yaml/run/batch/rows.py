@@ -26,6 +26,7 @@ __all__ = [
     "read_rows",
     "row_values",
     "sniff_format",
+    "unreadable",
 ]
 
 #: A row's key: its index (0-based) or the value of its ``--key`` column.
@@ -71,14 +72,26 @@ def read_rows(lines: Iterable[str], name: str, kind: str) -> Iterator[tuple[str,
     named ``name`` in messages), in order. ``kind`` is ``jsonl``, ``csv`` or ``json``
     (``sniff_format`` guesses it). Blank lines are skipped. CSV values are strings
     (``row_values`` turns them into the inputs' types)."""
-    if kind == "jsonl":
-        yield from _jsonl(lines, name)
-    elif kind == "csv":
-        yield from _csv(lines, name)
-    elif kind == "json":
-        yield from _json_array("".join(lines), name)
-    else:
-        raise UsageError(f"unknown input format {kind!r} (jsonl, csv or json)")
+    readers = {"jsonl": _jsonl, "csv": _csv}
+    try:
+        if kind in readers:
+            yield from readers[kind](lines, name)
+        elif kind == "json":
+            yield from _json_array("".join(lines), name)
+        else:
+            raise UsageError(f"unknown input format {kind!r} (jsonl, csv or json)")
+    except (UnicodeDecodeError, OSError) as exc:
+        raise unreadable(name, exc) from None
+
+
+def unreadable(name: str, exc: UnicodeDecodeError | OSError) -> BatchInputError:
+    """The error for an input that cannot be read as text: not UTF-8, or a read failed."""
+    if isinstance(exc, UnicodeDecodeError):
+        bad = exc.object[exc.start : exc.end]
+        return BatchInputError(
+            f"{name}: not UTF-8 text ({exc.reason} at byte {bad!r}); save it as UTF-8"
+        )
+    return BatchInputError(f"{name}: cannot read it: {exc.strerror or exc}")
 
 
 def _jsonl(lines: Iterable[str], name: str) -> Iterator[tuple[str, JSONObject]]:
