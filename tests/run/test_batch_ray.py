@@ -58,7 +58,7 @@ VOLATILE = ("latency_s", "started_at", "id")
 #: to it for each batch (Ray ships a project folder only with a job it connects).
 HEAD = """
 import sys, ray
-ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _node_ip_address="127.0.0.1")
 print(ray.get_runtime_context().gcs_address.rsplit(":", 1)[1], flush=True)
 sys.stdin.read()  # until the test module closes it
 ray.shutdown()

@@ -2,7 +2,7 @@
 
 The driver (this process) reads the rows, skips those already done and writes the output,
 as with the local engine (see the package docstring); only running a row moves. On the
-cluster, W actors (``RowWorker``, one per free CPU by default, at most one per row in
+cluster, W actors (``RowWorker``, one per CPU of the cluster by default, at most one per row in
 flight) each compile the program once from the project files Ray shipped with the job
 (Ray's runtime environment ``working_dir``: the project folder, without ``.git``, virtual
 environments, caches, what ``.gitignore`` names, and the batch's own input and output), and
@@ -177,8 +177,8 @@ class RayEngine:
     process called ``ray.init`` already, that connection is used as it is, and the caller
     must have given it ``runtime_env=engine.runtime_env()``.
 
-    ``workers``: how many actors. By default one per free CPU of the cluster, each holding
-    that CPU; a number given holds none, so it may exceed the CPUs. Never more than
+    ``workers``: how many actors. By default one per CPU of the cluster; actors reserve no
+    CPU (a row mostly waits on the network), so a number given may exceed the CPUs. Never more than
     ``concurrency``. ``excludes``: more paths (as in ``.gitignore``, relative to the project
     folder) not to ship, e.g. the batch's input and output files and records.
     """
@@ -311,17 +311,14 @@ class RayEngine:
         """Start the actors and have each compile the program; an error says why not."""
         count = self.workers
         if count is None:
-            free = int(ray.available_resources().get("CPU", 0))
-            if free < 1:
-                raise UsageError(
-                    "the Ray cluster has no free CPU for the batch's workers "
-                    "(wait for other jobs, or add nodes)"
-                )
-            count = free
+            # One actor per CPU of the cluster. They reserve none: a row mostly waits on the
+            # network, and the CPUs a batch that just ended held are given back a while
+            # after its actors end, so counting free CPUs made the next batch find none.
+            count = int(ray.cluster_resources().get("CPU", 1))
         count = max(1, min(count, job.concurrency))
         per_actor = math.ceil(job.concurrency / count)
         actor_class = ray.remote(RowWorker).options(
-            num_cpus=1 if self.workers is None else 0,
+            num_cpus=0,
             # Each actor's rows in flight, plus one slot for ``close``.
             max_concurrency=per_actor + 1,
             scheduling_strategy="SPREAD",
