@@ -863,10 +863,13 @@ def _cmd_lock(argv: Sequence[str]) -> int:
 def _cmd_diff(argv: Sequence[str]) -> int:
     p = _Parser(
         prog="openprogram-run diff",
+        usage="%(prog)s [REV_A] [REV_B] PATH [--test] [--model PROVIDER:MODEL] "
+        "[--format {text,markdown} | --json]",
         description="What changed between two git versions of a prompt repository: each "
         "method's prompt version and rendered request, the lock file, and with --test each "
         "test's outcome and judge score in both. Both versions are checked out in a temporary "
-        "folder; your files and index are not touched.",
+        "folder; your files and index are not touched. Exit status 1 when a test got worse "
+        "or the newer version does not compile.",
     )
     p.add_argument(
         "revs_and_path",
