@@ -89,9 +89,15 @@ def _grade_lines(outcome: TestOutcome) -> list[str]:
     return lines
 
 
+def _expectation(outcome: TestOutcome) -> str:
+    """The test's ``expect:`` block as written."""
+    return json.dumps(dict(outcome.test.expect.written), ensure_ascii=False, indent=2)
+
+
 def _failure_text(outcome: TestOutcome) -> str:
     lines = [f"{outcome.test.id}  ({outcome.test.where})"]
     lines += [f"- {p}" for p in outcome.problems]
+    lines += ["", "expect:", _expectation(outcome)]
     grades = _grade_lines(outcome)
     if grades:
         lines += ["", "grades:", *grades]
@@ -241,6 +247,9 @@ def html_report(
         )
         parts += [f'<li class="problem">{_e(p, secrets)}</li>' for p in outcome.problems]
         parts.append("</ul>")
+        parts.append(
+            f'<h4>Expected</h4><pre class="expect">{_e(_expectation(outcome), secrets)}</pre>'
+        )
         grades = _grade_lines(outcome)
         if grades:
             parts.append('<h4>Grades</h4><ul class="grades">')

@@ -108,6 +108,7 @@ def test_junit_xml_has_a_suite_per_model_and_a_case_per_test_that_ci_reads(
     text = failure.text or ""
     assert "<script>alert(1)</script> ]]>" in text  # escaped in the file, whole when read
     assert "got:" in text and "rendered prompt:" in text and "***" in text
+    assert 'expect:\n{\n  "contains": [\n    "never there"\n  ]\n}' in text
     error = cases["a model nobody serves"].find("error")
     assert error is not None and error.get("type") == "UsageError"
     assert error.get("message") == "no runtime serves model 'zzz:nobody'"
@@ -154,6 +155,7 @@ def test_the_html_report_shows_the_matrix_and_each_failure_as_text(
     assert "a hostile reply fails <b>loudly</b>" in hostile.locator("h3").inner_text()
     assert hostile.locator("b").count() == 0
     assert hostile.locator("li.problem").inner_text() == "expected output to contain 'never there'"
+    assert '"contains": [' in hostile.locator("pre.expect").inner_text()
     got = hostile.locator("pre.got").inner_text()
     assert "<script>alert(1)</script> ]]>" in got and "token ***" in got
     assert "Draft a friendly reply" in hostile.locator("pre.prompt").inner_text()
