@@ -89,14 +89,19 @@ def _plain(value: object) -> JSONValue:
     return str(value)
 
 
+#: What ``_content`` writes in place of media data.
+_DIGESTED = re.compile(r"sha256:[0-9a-f]+ \(\d+ chars\)")
+
+
 def _content(content: str | list[JSONObject]) -> JSONValue:
     if isinstance(content, str):
         return content
     blocks: list[JSONValue] = []
     for block in content:
         data = block.get("data")
-        if isinstance(data, str):
-            # Media bytes would swamp the file; their hash keeps the request exact.
+        if isinstance(data, str) and not _DIGESTED.fullmatch(data):
+            # Media bytes would swamp the file; their hash keeps the request exact. (A
+            # replayed tool result holds the hash already: base64 has no ':' nor spaces.)
             digest = hashlib.sha256(data.encode()).hexdigest()[:_KEY_CHARS]
             block = {**block, "data": f"sha256:{digest} ({len(data)} chars)"}
         blocks.append(_plain(block))

@@ -30,6 +30,7 @@ from typing import Literal
 
 from openprogram_yaml.errors import AskTimeout, UserDeclined
 from openprogram_yaml.runtime.asking import Asking
+from openprogram_yaml.runtime.content import ToolContent
 
 __all__ = [
     "RECORDED_TOOL_RESULTS",
@@ -144,9 +145,14 @@ class ToolGate:
         if recorded is not None:
             entry = recorded.get(call_id)
             if isinstance(entry, Mapping):
-                return StandIn(
-                    "replayed", str(entry.get("content", "")), bool(entry.get("is_error"))
+                content = entry.get("content", "")
+                # A result with images was recorded as its blocks, and is given back so.
+                value: object = (
+                    ToolContent(tuple(b for b in content if isinstance(b, dict)))
+                    if isinstance(content, list)
+                    else str(content)
                 )
+                return StandIn("replayed", value, bool(entry.get("is_error")))
             return self._refuse(
                 name,
                 "replay",

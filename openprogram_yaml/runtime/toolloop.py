@@ -241,7 +241,7 @@ class ToolRunner:
 
     def _stood_in(
         self, tool: Tool, args: JSONObject, stand_in: StandIn, record: JSONObject
-    ) -> tuple[str, bool]:
+    ) -> tuple[str | ToolContent, bool]:
         """The answer of a call the gate kept from running, marked in the record and trace."""
         mark: JSONObject = (
             {"not_run": stand_in.reason} if stand_in.how == "not_run" else {stand_in.how: True}
@@ -257,6 +257,8 @@ class ToolRunner:
                 if "confirmed" in record:
                     node.data["confirmed"] = record["confirmed"]
                 node.output = text[:2000]
+        if isinstance(stand_in.value, ToolContent):
+            return stand_in.value, not stand_in.is_error  # blocks, as the tool gave them
         return text, not stand_in.is_error
 
 

@@ -139,3 +139,23 @@ def test_an_image_a_python_tool_returns_reaches_the_messages_api_in_its_tool_res
             "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
         },
     ]
+
+
+def test_a_run_whose_tool_returned_an_image_replays_from_its_recording(
+    tmp_path: Path, capsys
+) -> None:
+    (tmp_path / "snap_tools.py").write_text(TOOLS)
+    call = {"type": "tool_use", "id": "toolu_1", "name": "snap", "input": {}}
+    recordings = tmp_path / "recordings"
+    agent = tmp_path / "snapper.yaml"
+    with LoopbackServer() as server:
+        server.add(json_reply(_anthropic_message([call], "tool_use")))
+        server.add(json_reply(_anthropic_message([{"type": "text", "text": "A PNG."}], "end_turn")))
+        agent.write_text(SNAP_AGENT % server.url)
+        assert main([str(agent), "look", "--record", str(recordings)]) == 0
+        assert capsys.readouterr().out.strip() == "A PNG."
+    # The server is gone: the recordings answer, the tool's image result included.
+    code = main([str(agent), "look", "--replay", str(recordings)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out.strip() == "A PNG."
