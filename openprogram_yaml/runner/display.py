@@ -6,7 +6,9 @@ The command line loads this module only when stdout is a terminal, without ``--j
 ``rich``. The answer goes to stdout; the spinner and the event lines go to stderr, so that
 what stdout holds is the answer alone. Every piece passes the run's redaction: text through
 a ``StreamRedactor`` (a secret split across pieces is still hidden), lines through
-``redact``.
+``redact``. What the model or a tool wrote is shown, never obeyed: its escape sequences and
+other control characters (but line breaks and tabs) show as text (``\x1b``), as the
+questions of ``terminal_asker`` do.
 
 The spinner starts once a run has been quiet for ``SPINNER_DELAY_S``, and ``rich`` is
 loaded then (or for the first event line): an answer that starts sooner shows no flash of
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ..json_types import JSONObject, JSONValue
 from ..redaction import StreamRedactor, redact
+from .terminal_asker import shown_on_terminal
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -191,7 +194,7 @@ class RunDisplay:
         self._segment.append(text)
         shown = self._redactor.feed(text)
         if shown:
-            self.out.write(shown)
+            self.out.write(_safe(shown))
             self.out.flush()
             self._mid_line = not shown.endswith("\n")
 
@@ -199,7 +202,7 @@ class RunDisplay:
         """End what was streamed: the held end of the text, and the line."""
         rest = self._redactor.flush()
         if rest:
-            self.out.write(rest)
+            self.out.write(_safe(rest))
             self._mid_line = not rest.endswith("\n")
         if self._mid_line:
             self.out.write("\n")
@@ -218,7 +221,13 @@ class RunDisplay:
         from rich.text import Text
 
         self.clear()
-        self._console.print(Text(redact(text, self.secrets), style=style))
+        self._console.print(Text(shown_on_terminal(redact(text, self.secrets)), style=style))
+
+
+def _safe(text: str) -> str:
+    """Streamed text as the terminal shows it: a line ended ``\\r\\n`` ends in ``\\n``, and
+    every other control character shows as text."""
+    return shown_on_terminal(text.replace("\r\n", "\n"))
 
 
 def _int(value: JSONValue | None) -> int:

@@ -21,16 +21,18 @@ from ..runtime.asking import Question, check_answer
 if TYPE_CHECKING:
     from .testing import Writer
 
-__all__ = ["TerminalAsker"]
+__all__ = ["TerminalAsker", "shown_on_terminal"]
 
 # What the model wrote (an ask_user question, a confirmation templated from a tool call's
 # arguments) must not drive the terminal: an escape sequence could rewrite the very line the
 # person approves. Control characters (but line breaks and tabs) and bidi overrides are
-# shown escaped.
+# shown escaped. The run's display (``runner.display``) shows answers and tool lines so too.
 _UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
-def _shown(text: str) -> str:
+def shown_on_terminal(text: str) -> str:
+    """``text`` with its control characters (but line breaks and tabs) and bidi overrides
+    escaped (``\\x1b``), so that it shows on a terminal as text and drives nothing."""
     return _UNSHOWN.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
@@ -80,11 +82,11 @@ class TerminalAsker:
         return picked if question.multi else picked[0]
 
     def _say(self, text: str) -> None:
-        self.out.write(_shown(text) + "\n")
+        self.out.write(shown_on_terminal(text) + "\n")
         self.out.flush()
 
     async def _text(self, prompt: str) -> str:
-        self.out.write(_shown(prompt))
+        self.out.write(shown_on_terminal(prompt))
         self.out.flush()
         return (await self._line()).strip()
 

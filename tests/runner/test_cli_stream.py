@@ -294,3 +294,44 @@ def test_a_spinner_shows_while_the_model_is_quiet_and_is_gone_once_it_answers(
             gate.set()
             proc.kill()
             os.close(controller)
+
+
+def test_escape_sequences_in_a_streamed_answer_and_a_tool_line_are_shown_not_obeyed(
+    tmp_path: Path,
+) -> None:
+    # A model (or a page it read) may write escape sequences: a clipboard write (OSC 52), a
+    # screen clear, a carriage return over the line. On the terminal they show as text.
+    pieces = ["a\x1b]52;c;ZXZpbA==\x07", "b\x1b[2J", "c\x9b31m\rd\r\n"]
+    with LoopbackServer() as server:
+        server.add(sse_reply(openai_sse([*map(_chunk, pieces), _done()])))
+        (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
+        proc, controller = _on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
+        try:
+            _, err = proc.communicate(timeout=60)
+            out = _read_rest(controller)
+        finally:
+            proc.kill()
+            os.close(controller)
+    assert proc.returncode == 0, err
+    shown = out.replace(b"\r\n", b"\n")
+    assert b"\x1b" not in shown and b"\x07" not in shown and b"\r" not in shown
+    assert "\x9b" not in shown.decode()
+    assert shown == b"a\\x1b]52;c;ZXZpbA==\\x07b\\x1b[2Jc\\x9b31m\\rd\n"
+
+
+def test_escape_sequences_in_a_tool_call_line_are_shown_not_obeyed(tmp_path: Path) -> None:
+    (tmp_path / "helper_tools.py").write_text(
+        'def lookup(topic: str) -> str:\n    """Look a topic up."""\n'
+        '    return "\\x1b]0;owned\\x07found"\n'
+    )
+    (tmp_path / "agent.yaml").write_text(TOOLS_AGENT)
+    proc, controller = _on_a_terminal(["agent.yaml", "answer"], tmp_path)
+    try:
+        _, err = proc.communicate(timeout=60)
+        _read_rest(controller)
+    finally:
+        proc.kill()
+        os.close(controller)
+    assert proc.returncode == 0, err
+    assert b"\x1b" not in err and b"\x07" not in err
+    assert "← lookup returned: \\x1b]0;owned\\x07found" in err.decode().splitlines()
