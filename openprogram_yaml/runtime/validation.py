@@ -475,7 +475,7 @@ class SchemaValidator:
         fast = self._fast
         if fast is None:
             fast = self._fast = _compiled(self.schema, self._resources)
-        if fast is False:
+        if fast is False or not _without_tuples(value):
             return False
         try:
             return fast.is_valid(value)
@@ -528,8 +528,13 @@ def _compiled(
     """``schema`` compiled by ``jsonschema_rs``, or False where jsonschema alone checks:
     a schema with separate resources (none is given today), or one it cannot build (an
     unresolvable ``$ref``, a pattern its regex engine does not take). Formats are not
-    asserted, as jsonschema does not without a format checker; nothing is fetched."""
-    if resources:
+    asserted, as jsonschema does not without a format checker; nothing is fetched.
+
+    Nor where its "valid" can differ from jsonschema's: a ``pattern`` (its regex engine
+    reads ``\\D``, ``\\W``, ``\\S`` and ``[^\\d]`` as ASCII classes, Python's ``re`` as
+    Unicode ones) and a fractional ``multipleOf`` (it divides exactly, jsonschema in floats:
+    0.3 is a multiple of 0.1 for it, not for jsonschema)."""
+    if resources or _differs(schema):
         return False
     import jsonschema_rs
 
@@ -541,3 +546,41 @@ def _compiled(
         )
     except Exception:
         return False
+
+
+def _differs(schema: object) -> bool:
+    """True when ``schema`` (anywhere inside) has a keyword ``jsonschema_rs`` may pass a value
+    for that jsonschema fails: a pattern, or a multipleOf that is not an integer. A property
+    merely named so counts too (rare; it only costs the compiled check)."""
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in ("pattern", "patternProperties"):
+                return True
+            if key == "multipleOf" and not isinstance(value, int):
+                return True
+            if _differs(value):
+                return True
+    elif isinstance(schema, list):
+        return any(_differs(item) for item in schema)
+    return False
+
+
+def _without_tuples(value: object) -> bool:
+    """False when ``value`` holds a tuple: ``jsonschema_rs`` takes one as an array, which
+    jsonschema does not (a Python caller's input; nothing parsed from JSON has one).
+    A loop over a stack, exact types first: it runs before every compiled check."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if type(item) in _LEAVES:
+            continue
+        if isinstance(item, tuple):
+            return False
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+_LEAVES = frozenset({str, int, float, bool, type(None)})

@@ -155,3 +155,34 @@ def test_a_remote_reference_is_never_fetched(counting_server: tuple[str, list[st
     assert validator._passes({"a": 1}) is False
     assert validator.errors({"a": 1})[0].startswith("$: the schema could not be applied:")
     assert hits == []
+
+
+# Where jsonschema_rs says "valid" and jsonschema does not: its regex engine reads \D, \W, \S
+# and [^\d] as ASCII classes (Python's re as Unicode), it checks multipleOf by exact decimal
+# division (jsonschema by float division), and it takes a tuple as an array. None of those
+# answers may be trusted, so the value goes to jsonschema, as before the compiled check.
+@pytest.mark.parametrize(
+    ("schema", "value"),
+    [
+        ({"type": "string", "pattern": "^\\D$"}, "\u0661"),
+        ({"type": "string", "pattern": "^\\W$"}, "\u00e9"),
+        ({"type": "string", "pattern": "^\\S$"}, "\x1c"),
+        ({"type": "string", "pattern": "^\\s$"}, "\ufeff"),
+        ({"type": "object", "patternProperties": {"^\\d$": {"type": "integer"}}}, {"\u0661": "x"}),
+        ({"type": "object", "propertyNames": {"pattern": "^[^\\d]$"}}, {"\u0661": 1}),
+        ({"type": "number", "multipleOf": 0.1}, 0.3),
+        ({"$defs": {"price": {"multipleOf": 0.01}}, "$ref": "#/$defs/price"}, 0.07),
+        ({"type": "array"}, (1, 2)),
+        ({"type": "object", "properties": {"tags": {"type": "array"}}}, {"tags": ("a",)}),
+        ({"const": [1, 2]}, [1, (2,)]),
+    ],
+)
+def test_a_value_jsonschema_rejects_is_never_passed_by_the_compiled_check(
+    schema: dict[str, Any], value: Any
+) -> None:
+    validator = SchemaValidator(schema)
+    expected = reference_errors(schema, value)
+    assert expected, "jsonschema rejects it"
+    assert validator.errors(value) == expected
+    assert not validator.is_valid(value)
+    assert validator.rule_errors(value)
