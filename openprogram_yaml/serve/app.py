@@ -15,11 +15,15 @@ Middlewares, outermost first; each refusal is ``{"error": "..."}`` with its stat
 3. ``errors``: a route's ``Refused`` and aiohttp's own refusals (404, 405, 413) as JSON;
    any other exception is a 500 whose detail goes to the server's log, redacted, never to
    the client.
-4. ``body``: a request's body is read whole, within ``ServeLimits.body_timeout_s`` (408 and
-   the connection closed otherwise), before any other check, as a request is read whole
-   before it is answered.
-5. ``guard``: the ``Host`` and ``Origin`` checks of ``guard.origin_refusal`` (400, 403).
-6. ``auth``: with a token (``--token`` / ``OPENPROGRAM_SERVE_TOKEN``), every route needs it.
+4. ``guard``: the ``Host`` and ``Origin`` checks of ``guard.origin_refusal`` (400, 403).
+5. ``auth``: with a token (``--token`` / ``OPENPROGRAM_SERVE_TOKEN``), every route needs it.
+6. ``body``: a request's body is read whole, within ``ServeLimits.body_timeout_s`` (408 and
+   the connection closed otherwise).
+
+A request that ``guard`` or ``auth`` refuses never has its body kept (a stranger's
+connections must not make the server hold ``MAX_BODY`` each): the body is read and dropped
+within the same deadline, then the refusal is sent (closing with the body unread would reset
+the connection, and the client could lose the reply); past the deadline the connection closes.
 
 How a client shows the token: an API client sends
 ``Authorization: Bearer <token>``. A browser cannot add that header to a page it navigates
@@ -207,9 +211,9 @@ def create_app(state: ServeState) -> web.Application:
             _connection_middleware(state),
             openai_api.openai_errors,  # the refusals below, for /v1/ in OpenAI's shape
             _error_middleware(state),
-            _body_middleware(state),
             _guard_middleware(state),
             _auth_middleware(state),
+            _body_middleware(state),
         ],
         client_max_size=MAX_BODY,
     )
@@ -298,7 +302,7 @@ def _guard_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRe
             request.headers, state.port, state.allowed_hosts, any_host=state.any_host
         )
         if refusal is not None:
-            return error_reply(*refusal)
+            return await _refused_unread(state, request, error_reply(*refusal))
         return await handler(request)
 
     return guard
@@ -321,14 +325,31 @@ def _auth_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRes
             seen = web.HTTPSeeOther(request.rel_url.without_query_params("token"))
             seen.set_cookie(state.token_cookie, token, httponly=True, samesite="Strict", path="/")
             raise seen
-        return error_reply(
+        refusal = error_reply(
             401,
             "this server needs its token: send 'Authorization: Bearer <token>' "
             "(a browser: open /?token=<token> once)",
             **{"WWW-Authenticate": 'Bearer realm="openprogram"'},
         )
+        return await _refused_unread(state, request, refusal)
 
     return auth
+
+
+async def _refused_unread(
+    state: ServeState, request: web.Request, reply: web.Response
+) -> web.Response:
+    """``reply`` to a request refused before its body was read: the body is read and
+    dropped (never kept) within ``ServeLimits.body_timeout_s``; past it, the connection
+    closes after the reply."""
+    if request.can_read_body and not request.content.is_eof():
+        try:
+            async with state.deadline(state.limits.body_timeout_s):
+                while await request.content.readany():
+                    pass
+        except TimeoutError:
+            reply.force_close()
+    return reply
 
 
 # --- the listening server -------------------------------------------------------------------

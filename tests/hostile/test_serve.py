@@ -26,7 +26,7 @@ from openprogram_yaml.run.record import RecordLog
 from openprogram_yaml.run.reload import ProgramHolder, ReloadEvent
 from openprogram_yaml.run.service import RunService
 from openprogram_yaml.runner.cli import main
-from openprogram_yaml.serve.app import Server, ServeState
+from openprogram_yaml.serve.app import MAX_BODY, Server, ServeState
 from openprogram_yaml.serve.guard import ServeLimits
 
 #: Generous: a child process starts Python and compiles; a watchfiles event takes ~10 ms.
@@ -710,6 +710,44 @@ def test_with_a_token_a_request_without_it_runs_nothing(tmp_path: Path) -> None:
     asyncio.run(scenario())
     [line] = records.read_text().splitlines()
     assert json.loads(line)["inputs"] == {"x": "hi"}
+
+
+def test_a_caller_without_the_token_is_refused_before_its_body_is_kept(tmp_path: Path) -> None:
+    """A body larger than the server holds: refused for the missing token (401), read and
+    dropped, not held (a stranger's 100 connections must not make it keep 28 MiB each). It
+    was read whole first, and refused as too large (413). So is a foreign page's (403)."""
+    agent = write_agent(tmp_path)
+    token = "t0ken-0f-the-server-9c1d"
+    big = b'{"x": "' + b"a" * (MAX_BODY + 1024) + b'"}'
+
+    async def scenario() -> None:
+        async with served(agent, token=token) as (_, port):
+            status, body = await exchange(port, run_request(port, big))
+            assert status == 401, body
+            foreign = {"Origin": "http://evil.example"}
+            status, body = await exchange(port, run_request(port, big, headers=foreign))
+            assert status == 403, body
+
+    asyncio.run(scenario())
+
+
+def test_a_refused_body_that_does_not_arrive_closes_the_connection(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        deadlines = Deadlines()
+        limits = ServeLimits(body_timeout_s=9.0)
+        options = {"limits": limits, "deadline": deadlines, "token": "t0ken-0f-the-server"}
+        async with served(agent, **options) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(run_request(port)[:-4])  # all but the last bytes of the body
+            await writer.drain()
+            await deadlines.expire(9.0, nth=1)
+            status, _ = parse_response(await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S))
+            writer.close()
+            assert status == 401
+
+    asyncio.run(scenario())
 
 
 def test_serve_beyond_loopback_refuses_to_start_without_a_token(
