@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
     from prompt_toolkit.history import FileHistory
 
-    from ..compile.program import Method, Program
-    from ..json_types import JSONValue
+    from ..compile.program import Program
     from ..run.record import RunRecord
     from ..run.reload import ProgramHolder, ReloadEvent
     from ..run.service import RunService
@@ -87,7 +86,7 @@ def _chat_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="fix another input of the method for the whole chat (VALUE is JSON when it "
-        "parses and the input is not a string)",
+        "parses and the input is not a string; @FILE for a file or image input)",
     )
     p.add_argument(
         "--records", metavar="FILE", type=Path, help="append each run's record (JSON Lines)"
@@ -99,24 +98,6 @@ def _chat_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-y", "--yes", action="store_true", help="approve every tool confirmation")
     return p
-
-
-def _fixed_inputs(items: Sequence[str], method: Method) -> dict[str, JSONValue]:
-    """``-i NAME=VALUE`` as inputs, read as a run's command line reads them."""
-    inputs: dict[str, JSONValue] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise UsageError(f"-i {item!r}: write -i NAME=VALUE")
-        schema = method.inputs.get(name)
-        if isinstance(schema, dict) and schema.get("type") == "string":
-            inputs[name] = value
-            continue
-        try:
-            inputs[name] = json.loads(value)
-        except json.JSONDecodeError:
-            inputs[name] = value
-    return inputs
 
 
 def _say(text: str, secrets: frozenset[str] = frozenset()) -> None:
@@ -162,13 +143,15 @@ class _Chat:
     """One chat: the method it talks to, the session, and the loop of prompts and runs."""
 
     def __init__(self, args: argparse.Namespace, holder: ProgramHolder, program: Program) -> None:
+        from .cli import input_items  # -i read as a run reads it (@FILE for a file input)
+
         self.args = args
         self.holder = holder
         self.path = Path(args.path)
         agent, name = program.select(args.method, agent=args.agent, path=self.path)
         method = agent.method(name or None)
         self.agent, self.method = agent.name, method.name
-        self.fixed = _fixed_inputs(args.input, method)
+        self.fixed = input_items(args.input, method)
         self.message_input = chat_input(method, self.fixed)
         self.model: str | None = args.model
         self.store = SessionStore(sessions_path(program.root))

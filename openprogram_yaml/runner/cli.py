@@ -215,7 +215,6 @@ def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONVal
     import json
 
     from ..errors import UsageError
-    from ..runtime.content import MediaError, media_types, read_media_file
 
     inputs: dict[str, JSONValue] = {}
     if args.input_json:
@@ -234,7 +233,21 @@ def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONVal
         if not isinstance(loaded, dict):
             raise UsageError("--input-json must be a JSON object of input names to values")
         inputs.update(loaded)
-    for item in args.input:
+    inputs.update(input_items(args.input, method))
+    return inputs
+
+
+def input_items(items: Sequence[str], method: Method) -> dict[str, JSONValue]:
+    """``-i NAME=VALUE`` items as inputs of ``method``: a file input's ``@FILE`` is read,
+    a string input takes VALUE as it is, any other takes it as JSON when it parses (a run
+    and a chat read them so)."""
+    import json
+
+    from ..errors import UsageError
+    from ..runtime.content import MediaError, media_types, read_media_file
+
+    inputs: dict[str, JSONValue] = {}
+    for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise UsageError(f"-i {item!r}: write -i NAME=VALUE")

@@ -339,3 +339,28 @@ def test_tool_calls_show_as_one_line_events_in_the_chat(tmp_path: Path) -> None:
         term.wait_for("tool results: lookup: found 3 notes")
         term.wait_for(PROMPT)
         assert term.close() == 0
+
+
+PHOTO_AGENT = """\
+version: 1
+name: looker
+model: test
+methods:
+  ask:
+    inputs:
+      photo: {type: string, contentMediaType: image/png}
+      question: {type: string}
+    prompt: "{{ question }}"
+"""
+
+
+def test_a_file_input_is_read_from_at_file_as_a_run_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # -i NAME=@FILE reads the file in a chat as in a run: a missing one is a clear error
+    # (it was taken as the text '@missing.png').
+    (tmp_path / "looker.yaml").write_text(PHOTO_AGENT)
+    missing = str(tmp_path / "missing.png")
+    assert main(["chat", str(tmp_path / "looker.yaml"), "-i", f"photo=@{missing}"]) == 2
+    err = capsys.readouterr().err
+    assert "error: -i photo: " in err and "missing.png" in err
