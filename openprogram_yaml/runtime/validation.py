@@ -475,7 +475,7 @@ class SchemaValidator:
         fast = self._fast
         if fast is None:
             fast = self._fast = _compiled(self.schema, self._resources)
-        if fast is False or not _without_tuples(value):
+        if fast is False or not _plain_value(value):
             return False
         try:
             return fast.is_valid(value)
@@ -530,11 +530,9 @@ def _compiled(
     unresolvable ``$ref``, a pattern its regex engine does not take). Formats are not
     asserted, as jsonschema does not without a format checker; nothing is fetched.
 
-    Nor where its "valid" can differ from jsonschema's: a ``pattern`` (its regex engine
-    reads ``\\D``, ``\\W``, ``\\S`` and ``[^\\d]`` as ASCII classes, Python's ``re`` as
-    Unicode ones) and a fractional ``multipleOf`` (it divides exactly, jsonschema in floats:
-    0.3 is a multiple of 0.1 for it, not for jsonschema)."""
-    if resources or _differs(schema):
+    Only for a schema both read alike (``_read_alike``): any keyword the two check
+    differently can turn a "valid" wrong, even one it is stricter on (under ``not``)."""
+    if resources or not _read_alike(schema):
         return False
     import jsonschema_rs
 
@@ -548,15 +546,46 @@ def _compiled(
         return False
 
 
+#: 2020-12 keywords the two check differently, or resolve in ways not compared here:
+#: ``pattern``s (its regex engine reads ``\D``, ``\W``, ``\S`` and ``[^\d]`` as ASCII
+#: classes, Python's ``re`` as Unicode ones), the content keywords (it may assert them),
+#: and base URIs and dynamic references.
+_NOT_ALIKE = frozenset(
+    {
+        "pattern", "patternProperties", "contentEncoding", "contentMediaType",
+        "contentSchema", "$id", "$anchor", "$dynamicRef", "$dynamicAnchor",
+    }
+)  # fmt: skip
+_DRAFT_2020_12 = (
+    "https://json-schema.org/draft/2020-12/schema",
+    "https://json-schema.org/draft/2020-12/schema#",
+)
+
+
+def _read_alike(schema: Mapping[str, object] | bool) -> bool:
+    """True when ``jsonschema_rs`` and jsonschema give the same answer for every value:
+    a 2020-12 schema (``$schema`` absent or 2020-12) of well-known keywords only
+    (``_plainly_valid``: no ``dependencies``, no keyword of another draft, no unknown key),
+    none of ``_NOT_ALIKE``, local ``$ref``s only, and every ``multipleOf`` an integer (it
+    divides exactly, jsonschema in floats: 0.3 is a multiple of 0.1 for it, not for
+    jsonschema). Keys are looked for anywhere, property names too: that only costs a
+    schema the compiled check."""
+    if isinstance(schema, bool):
+        return True
+    rest = dict(schema)
+    if rest.pop("$schema", _DRAFT_2020_12[0]) not in _DRAFT_2020_12:
+        return False
+    return _plainly_valid(rest) and not _differs(rest)
+
+
 def _differs(schema: object) -> bool:
-    """True when ``schema`` (anywhere inside) has a keyword ``jsonschema_rs`` may pass a value
-    for that jsonschema fails: a pattern, or a multipleOf that is not an integer. A property
-    merely named so counts too (rare; it only costs the compiled check)."""
     if isinstance(schema, dict):
         for key, value in schema.items():
-            if key in ("pattern", "patternProperties"):
+            if key in _NOT_ALIKE:
                 return True
             if key == "multipleOf" and not isinstance(value, int):
+                return True
+            if key == "$ref" and not (isinstance(value, str) and value.startswith("#")):
                 return True
             if _differs(value):
                 return True
@@ -565,16 +594,22 @@ def _differs(schema: object) -> bool:
     return False
 
 
-def _without_tuples(value: object) -> bool:
-    """False when ``value`` holds a tuple: ``jsonschema_rs`` takes one as an array, which
-    jsonschema does not (a Python caller's input; nothing parsed from JSON has one).
-    A loop over a stack, exact types first: it runs before every compiled check."""
+def _plain_value(value: object) -> bool:
+    """False when ``value`` holds what ``jsonschema_rs`` reads differently: a tuple (it
+    takes one as an array, jsonschema does not: a Python caller's input), an infinity or
+    NaN (``json.loads`` makes them from ``Infinity``/``NaN``; it rejects them as numbers,
+    which under ``not`` turns into a wrong "valid"). A loop over a stack, exact types
+    first: it runs before every compiled check."""
     stack = [value]
     while stack:
         item = stack.pop()
-        if type(item) in _LEAVES:
+        kind = type(item)
+        if kind is float:
+            if item - item != 0:  # type: ignore[operator]  # infinity or NaN
+                return False
+        elif kind in _LEAVES:
             continue
-        if isinstance(item, tuple):
+        elif isinstance(item, tuple):
             return False
         elif isinstance(item, dict):
             stack.extend(item.values())
@@ -583,4 +618,4 @@ def _without_tuples(value: object) -> bool:
     return True
 
 
-_LEAVES = frozenset({str, int, float, bool, type(None)})
+_LEAVES = frozenset({str, int, bool, type(None)})

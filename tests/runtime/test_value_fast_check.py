@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import http.server
+import json
 import pickle
 import random
 import threading
@@ -175,6 +176,17 @@ def test_a_remote_reference_is_never_fetched(counting_server: tuple[str, list[st
         ({"type": "array"}, (1, 2)),
         ({"type": "object", "properties": {"tags": {"type": "array"}}}, {"tags": ("a",)}),
         ({"const": [1, 2]}, [1, (2,)]),
+        # Where it is stricter, under not: a wrong "valid" too.
+        ({"not": {"dependencies": {"a": ["b"]}}}, {"a": 1}),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-07/schema#",
+                "not": {"contentMediaType": "application/json"},
+            },
+            "{not json",
+        ),
+        ({"not": {"type": "number", "minimum": 0}}, json.loads("Infinity")),
+        ({"not": {"type": "string", "pattern": "^\\d$"}}, "\u0661"),
     ],
 )
 def test_a_value_jsonschema_rejects_is_never_passed_by_the_compiled_check(
