@@ -378,7 +378,8 @@ def routes(state: ServeState) -> list[web.RouteDef]:
 
     async def list_models(request: web.Request) -> web.Response:
         program, _ = state.holder.snapshot()
-        return web.json_response(models_list(program, _created(state)))
+        # A description may read ``${env:…}``: redacted as ``/agents`` is.
+        return web.json_response(state.redacted(models_list(program, _created(state))))
 
     async def chat_completions(request: web.Request) -> web.StreamResponse:
         try:

@@ -366,6 +366,16 @@ def test_the_models_are_the_methods(write) -> None:  # type: ignore[no-untyped-d
     assert models["desk.label"].model_extra == {"description": "Label a ticket."}
 
 
+def test_a_secret_in_a_description_is_not_listed_with_the_models(write, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A description may read ``${env:…}``: ``/v1/models`` shows it redacted, as ``/agents``."""
+    secret = "desk-key-0123456789abcdef"
+    monkeypatch.setenv("DESK_API_KEY", secret)
+    agent = DESK.replace("Label a ticket.", "Label a ticket (key ${env:DESK_API_KEY}).")
+    with serving(write("desk.yaml", agent)) as url, client(url) as openai:
+        models = {m.id: m for m in openai.models.list()}
+    assert models["desk.label"].model_extra == {"description": "Label a ticket (key ***)."}
+
+
 def test_errors_are_openai_errors(write) -> None:  # type: ignore[no-untyped-def]
     with serving(write("desk.yaml", DESK)) as url, client(url) as openai:
         with pytest.raises(openai_sdk.NotFoundError) as missing:
