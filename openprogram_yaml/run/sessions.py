@@ -14,6 +14,7 @@ gives the prior messages to pass to the run (``RunService.start(history=…)``),
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -40,6 +41,7 @@ __all__ = [
     "SessionStore",
     "chat_input",
     "check_name",
+    "private_folder",
     "sessions_path",
     "turn_text",
     "user_text",
@@ -47,6 +49,16 @@ __all__ = [
 
 #: Where a project keeps its sessions, relative to the project's folder.
 SESSIONS_FILE = Path(".openprogram") / "sessions.db"
+
+#: What ``.openprogram/`` holds that is private (the conversations, and the chat's input
+#: history beside them): a ``.gitignore`` there keeps it out of git. The folder may hold a
+#: project's own files too (``skills/``), so it names these alone.
+_GITIGNORE = """\
+# Written by openprogram-run: chat sessions and input history are private.
+sessions.db
+sessions.db-*
+chat_history
+"""
 
 #: A session name: letters, digits, ``.``, ``_``, ``-`` (it is typed on command lines and
 #: put in URLs).
@@ -80,6 +92,19 @@ class SessionMismatchError(UsageError):
 def sessions_path(project_root: Path) -> Path:
     """The session store of the project in ``project_root`` (``Program.root``)."""
     return project_root / SESSIONS_FILE
+
+
+def private_folder(folder: Path) -> Path:
+    """``folder`` (``.openprogram/``) made when missing, with a ``.gitignore`` that keeps the
+    sessions and the chat's input history out of git; a ``.gitignore`` already there is the
+    project's own and stays as it is. Raises ``OSError``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with (
+        contextlib.suppress(FileExistsError),
+        (folder / ".gitignore").open("x", encoding="utf-8") as ignore,
+    ):
+        ignore.write(_GITIGNORE)
+    return folder
 
 
 def check_name(name: str) -> str:
@@ -144,7 +169,7 @@ class SessionStore:
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                private_folder(self.path.parent)
                 # Autocommit; writes that belong together use an explicit transaction.
                 db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
                 db.execute("PRAGMA journal_mode=WAL")

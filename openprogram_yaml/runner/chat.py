@@ -29,6 +29,7 @@ from ..run.sessions import (
     SessionStore,
     chat_input,
     check_name,
+    private_folder,
     sessions_path,
     turn_text,
 )
@@ -201,7 +202,7 @@ class _Chat:
         watching = asyncio.create_task(self.holder.watching.wait())
         await asyncio.wait({watching, watcher}, return_when=asyncio.FIRST_COMPLETED)
         watching.cancel()
-        self.history_file.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(self.history_file.parent)
         history = _redacted_history(str(self.history_file), lambda: self.secrets)
         prompt: PromptSession[str] = PromptSession(history=history)
         self.prompt = prompt

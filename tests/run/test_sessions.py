@@ -215,3 +215,36 @@ def test_serve_runs_a_turn_of_the_session_its_query_names(
             "test reply to: two",
         ]
         assert [m.run_id for m in store.messages("s")][2] == json.loads(replies[1][1])["id"]
+
+
+def test_the_store_and_the_chat_history_stay_out_of_git(tmp_path: Path) -> None:
+    # Conversations are private: the folder the store makes tells git to leave them out
+    # (a project's own .openprogram/skills stay in it).
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".openprogram" / "skills").mkdir(parents=True)
+    (tmp_path / ".openprogram" / "skills" / "style.md").write_text("Be brief.")
+    with _store(tmp_path) as store:
+        store.open("work", "pal", "talk")
+        store.add_turn("work", "my address is 1 Main St", "noted", run_id="r1", version="v1")
+    (tmp_path / ".openprogram" / "chat_history").write_text("my address is 1 Main St\n")
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
+    assert sorted(line for line in status if line) == [
+        "?? .openprogram/.gitignore",
+        "?? .openprogram/skills/style.md",
+    ]
+
+
+def test_a_gitignore_of_the_projects_own_in_the_folder_is_left_as_it_is(tmp_path: Path) -> None:
+    (tmp_path / ".openprogram").mkdir()
+    (tmp_path / ".openprogram" / ".gitignore").write_text("mine\n")
+    with _store(tmp_path) as store:
+        store.open("work", "pal", "talk")
+    assert (tmp_path / ".openprogram" / ".gitignore").read_text() == "mine\n"
