@@ -432,11 +432,15 @@ def _sessions_action(store: SessionStore, args: argparse.Namespace) -> int:
             out.write(f"{s.name}  {s.agent}.{s.method}  {count}  last {s.updated_at}\n")
         return 0
     if args.action == "show":
+        from .terminal_asker import shown_on_terminal
+
+        # What a model wrote is shown on a terminal, never obeyed (its escape sequences).
+        shown = shown_on_terminal if out.isatty() else str
         info = store.require(args.name)
         out.write(f"session {info.name} · {info.agent}.{info.method}\n")
         for m in store.messages(args.name):
             who = "you" if m.role == "user" else info.agent
-            out.write(f"\n{who}:\n{m.content}\n")
+            out.write(f"\n{who}:\n{shown(m.content)}\n")
         return 0
     if args.action == "export":
         lines = [line + "\n" for line in store.export_jsonl(args.name)]

@@ -364,3 +364,36 @@ def test_a_file_input_is_read_from_at_file_as_a_run_reads_it(
     assert main(["chat", str(tmp_path / "looker.yaml"), "-i", f"photo=@{missing}"]) == 2
     err = capsys.readouterr().err
     assert "error: -i photo: " in err and "missing.png" in err
+
+
+def test_sessions_show_on_a_terminal_shows_escape_sequences_as_text(tmp_path: Path) -> None:
+    from openprogram_yaml.run.sessions import SessionStore, sessions_path
+
+    with SessionStore(sessions_path(tmp_path)) as store:
+        store.open("work", "pal", "talk")
+        store.add_turn("work", "hi", "\x1b]52;c;ZXZpbA==\x07hello", run_id="r1", version="v1")
+    controller, terminal = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openprogram_yaml", "sessions", "show", "work", "-p", str(tmp_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+    )
+    os.close(terminal)
+    try:
+        _, err = proc.communicate(timeout=60)
+        out = bytearray()
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        proc.kill()
+        os.close(controller)
+    assert proc.returncode == 0, err
+    assert b"\x1b" not in out and b"\x07" not in out
+    assert b"pal:\r\n\\x1b]52;c;ZXZpbA==\\x07hello\r\n" in out
