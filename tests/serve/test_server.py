@@ -22,6 +22,7 @@ from openprogram_yaml.run.reload import ProgramHolder
 from openprogram_yaml.run.service import RunService
 from openprogram_yaml.runner.cli import main
 from openprogram_yaml.serve.app import Server, ServeState
+from openprogram_yaml.serve.driver import serve
 from openprogram_yaml.serve.guard import origin_refusal
 from openprogram_yaml.serve.history import RunHistory
 from openprogram_yaml.serve.runs import KEEPALIVE_S
@@ -276,6 +277,41 @@ def test_a_client_that_leaves_a_stream_does_not_stop_the_run_which_is_kept_and_l
 
 
 # --- reload notices -----------------------------------------------------------------------
+
+
+def test_serve_prints_a_failed_reload_with_the_secret_it_quotes_hidden(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A diagnostic may quote a value read with ``${env:…}``: ``/events`` hides it, and so
+    does the line ``serve`` prints on stderr."""
+    monkeypatch.setenv("ECHO_API_KEY", SECRET)
+    agent = write_agent(tmp_path)
+    broken = AGENT.replace("    prompt:", '    temperature: "${env:ECHO_API_KEY}"\n    prompt:')
+
+    async def scenario() -> None:
+        holder = ProgramHolder(agent)
+        holder.load()
+        state = ServeState(holder, RunService(holder.snapshot))
+        stop, force, failed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        holder.listeners.append(lambda event: failed.set() if event.status == "failed" else None)
+        running = asyncio.create_task(
+            serve(
+                state,
+                port=0,
+                grace_s=0,
+                watch=True,
+                stop=stop,
+                force=force,
+                on_listening=lambda _: save(agent, broken),
+            )
+        )
+        await asyncio.wait_for(failed.wait(), EVENT_TIMEOUT_S)
+        stop.set()
+        await running
+
+    asyncio.run(scenario())
+    err = capsys.readouterr().err
+    assert "expected a number, got '***'" in err and SECRET not in err
 
 
 def test_events_tell_of_a_reload_and_of_a_failed_one(tmp_path: Path) -> None:
