@@ -36,7 +36,7 @@ __all__ = [
 
 #: Rows in flight by default. A model call takes about 1 to 10 s, so 32 at a time is some
 #: 200 to 2,000 calls a minute: inside the rate limits of most paid API tiers, and far below
-#: the connection pool of a provider runtime (200), so no row queues for a connection. A
+#: the connection pool of a provider runtime (1,000), so no row queues for a connection. A
 #: faster provider or a higher tier: raise it, with ``--rpm``/``--tpm`` to stay in limits.
 DEFAULT_CONCURRENCY = 32
 
