@@ -162,8 +162,10 @@ class SessionMessage:
 class SessionStore:
     """The sessions of one project, in one SQLite file (created when first written)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, busy_timeout_s: float = 5.0) -> None:
         self.path = path
+        #: How long a write waits for another process's (a chat's, a server's) to end.
+        self.busy_timeout_s = busy_timeout_s
         self._db: sqlite3.Connection | None = None
 
     def _connect(self) -> sqlite3.Connection:
@@ -174,12 +176,22 @@ class SessionStore:
                 db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA foreign_keys=ON")
-                db.execute("PRAGMA busy_timeout=5000")
+                db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
                 db.executescript(_SCHEMA)
             except (OSError, sqlite3.Error) as exc:
                 raise UsageError(f"cannot open the session store {self.path}: {exc}") from None
             self._db = db
         return self._db
+
+    @contextlib.contextmanager
+    def _using(self) -> Iterator[sqlite3.Connection]:
+        """The store's connection; a SQLite error while using it (a full disk, a store that
+        another process kept locked past the wait) is a ``UsageError`` naming the store."""
+        db = self._connect()
+        try:
+            yield db
+        except sqlite3.Error as exc:
+            raise UsageError(f"the session store {self.path} cannot be used: {exc}") from None
 
     def close(self) -> None:
         if self._db is not None:
@@ -198,27 +210,25 @@ class SessionStore:
         """Every session, the most recently used first."""
         if not self.path.exists():
             return []
-        rows = self._connect().execute(
-            "SELECT s.name, s.agent, s.method, s.created_at, s.updated_at, COUNT(m.id) "
-            "FROM sessions s LEFT JOIN messages m ON m.session = s.name "
-            "GROUP BY s.name ORDER BY s.updated_at DESC, s.name"
-        )
+        with self._using() as db:
+            rows = db.execute(
+                "SELECT s.name, s.agent, s.method, s.created_at, s.updated_at, COUNT(m.id) "
+                "FROM sessions s LEFT JOIN messages m ON m.session = s.name "
+                "GROUP BY s.name ORDER BY s.updated_at DESC, s.name"
+            ).fetchall()
         return [SessionInfo(*row) for row in rows]
 
     def get(self, name: str) -> SessionInfo | None:
         """The session called ``name``, or None."""
         if not self.path.exists():
             return None
-        row = (
-            self._connect()
-            .execute(
+        with self._using() as db:
+            row = db.execute(
                 "SELECT s.name, s.agent, s.method, s.created_at, s.updated_at, "
                 "(SELECT COUNT(*) FROM messages m WHERE m.session = s.name) "
                 "FROM sessions s WHERE s.name = ?",
                 (name,),
-            )
-            .fetchone()
-        )
+            ).fetchone()
         return None if row is None else SessionInfo(*row)
 
     def require(self, name: str) -> SessionInfo:
@@ -234,11 +244,12 @@ class SessionStore:
         """The messages of session ``name``, oldest first."""
         if not self.path.exists():
             return []
-        rows = self._connect().execute(
-            "SELECT role, content, created_at, run_id, version FROM messages "
-            "WHERE session = ? ORDER BY id",
-            (name,),
-        )
+        with self._using() as db:
+            rows = db.execute(
+                "SELECT role, content, created_at, run_id, version FROM messages "
+                "WHERE session = ? ORDER BY id",
+                (name,),
+            ).fetchall()
         return [SessionMessage(*row) for row in rows]
 
     def history(self, name: str) -> tuple[Message, ...]:
@@ -271,11 +282,12 @@ class SessionStore:
                 )
             return found
         now = _now()
-        self._connect().execute(
-            "INSERT INTO sessions (name, agent, method, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (name, agent, method, now, now),
-        )
+        with self._using() as db:
+            db.execute(
+                "INSERT INTO sessions (name, agent, method, created_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (name, agent, method, now, now),
+            )
         return SessionInfo(name, agent, method, now, now, 0)
 
     def add_turn(
@@ -283,8 +295,7 @@ class SessionStore:
     ) -> None:
         """Keep one exchange: the person's message and the answer, in one transaction."""
         now = _now()
-        db = self._connect()
-        with _transaction(db):
+        with self._using() as db, _transaction(db):
             for role, content in (("user", user), ("assistant", answer)):
                 db.execute(
                     "INSERT INTO messages (session, role, content, created_at, run_id, version) "
@@ -317,8 +328,7 @@ class SessionStore:
     def delete(self, name: str) -> None:
         """Remove session ``name`` and its messages (a ``UsageError`` when there is none)."""
         self.require(name)
-        db = self._connect()
-        with _transaction(db):
+        with self._using() as db, _transaction(db):
             db.execute("DELETE FROM messages WHERE session = ?", (name,))
             db.execute("DELETE FROM sessions WHERE name = ?", (name,))
 

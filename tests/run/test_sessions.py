@@ -248,3 +248,22 @@ def test_a_gitignore_of_the_projects_own_in_the_folder_is_left_as_it_is(tmp_path
     with _store(tmp_path) as store:
         store.open("work", "pal", "talk")
     assert (tmp_path / ".openprogram" / ".gitignore").read_text() == "mine\n"
+
+
+def test_a_store_another_process_keeps_locked_is_a_clear_error(tmp_path: Path) -> None:
+    # A write that cannot get the store (held past the wait) says which store and why,
+    # as a UsageError (serve answers it, the chat says it), not a sqlite3 traceback.
+    with _store(tmp_path) as store:
+        store.open("work", "pal", "talk")
+    holder = sqlite3.connect(sessions_path(tmp_path), isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        with SessionStore(sessions_path(tmp_path), busy_timeout_s=0) as store:
+            with pytest.raises(UsageError, match=r"store .*sessions\.db cannot be used: .*locked"):
+                store.add_turn("work", "hi", "hello", run_id="r1", version="v1")
+            assert store.messages("work") == []  # WAL: reading goes on meanwhile
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with _store(tmp_path) as store:
+        assert store.messages("work") == []
