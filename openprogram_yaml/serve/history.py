@@ -4,8 +4,11 @@
 Each entry holds the record and its session trace as they are; they become JSON, with the
 run's secrets redacted, only when asked for (a run that nobody looks at costs nothing: turning
 a trace into JSON took about 0.5 ms, more than the rest of a served run on the ``test``
-model). The newest ``size`` runs are kept; with ``--records FILE``, ``/runs`` also lists the
-older records of that file (their traces were not kept: only the record is shown).
+model). The newest ``size`` runs are kept, fewer when their inputs and outputs weigh more
+than ``max_bytes`` together (a file input may be 20 MiB, and its record and trace hold it:
+200 of them would not fit in memory), the newest always; with ``--records FILE``, ``/runs``
+also lists the older records of that file (their traces were not kept: only the record is
+shown).
 """
 
 from __future__ import annotations
@@ -21,10 +24,14 @@ from ..redaction import redact
 from ..run.record import RunRecord
 from ..runtime.trace import SessionTrace
 
-__all__ = ["DEFAULT_HISTORY", "RunHistory"]
+__all__ = ["DEFAULT_HISTORY", "DEFAULT_HISTORY_BYTES", "RunHistory"]
 
 #: Runs kept in memory: enough for a day of trying prompts, a few MB at most.
 DEFAULT_HISTORY = 200
+
+#: The weight of the runs kept at most, counted as the characters of their inputs' and
+#: outputs' strings (files, mostly; a run's other parts are a few KB).
+DEFAULT_HISTORY_BYTES = 64 << 20
 
 #: Records read back from ``--records FILE`` at most (its last lines), and the bytes read
 #: from its end to find them: ``/runs`` stays quick however long the file has grown.
@@ -51,6 +58,8 @@ class _Entry:
 
     record: RunRecord
     trace: SessionTrace | None
+    #: What it counts against ``RunHistory.max_bytes``.
+    weight: int
 
     def record_json(self) -> JSONObject:
         shown: JSONObject = json.loads(self.record.to_json())  # redacted
@@ -74,19 +83,33 @@ def _summary(record: JSONObject, source: str) -> JSONObject:
 
 
 class RunHistory:
-    """The last ``size`` runs, newest last; looked up by run id."""
+    """The last ``size`` runs (fewer past ``max_bytes``), newest last; looked up by run id."""
 
-    def __init__(self, size: int = DEFAULT_HISTORY, records: Path | None = None) -> None:
+    def __init__(
+        self,
+        size: int = DEFAULT_HISTORY,
+        records: Path | None = None,
+        max_bytes: int = DEFAULT_HISTORY_BYTES,
+    ) -> None:
         self.size = size
+        self.max_bytes = max_bytes
         #: The ``--records`` file whose older records ``/runs`` lists too.
         self.records = records
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._weight = 0
 
     def add(self, record: RunRecord, trace: SessionTrace | None) -> None:
-        """Keep ``record`` and its trace; the oldest entry goes past ``size``."""
-        self._entries[record.id] = _Entry(record, trace)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
+        """Keep ``record`` and its trace; the oldest entries go past ``size`` or
+        ``max_bytes`` (never the one just kept)."""
+        entry = _Entry(record, trace, _text_size(record.inputs) + _text_size(record.output))
+        old = self._entries.pop(record.id, None)
+        self._weight += entry.weight - (old.weight if old is not None else 0)
+        self._entries[record.id] = entry
+        while len(self._entries) > 1 and (
+            len(self._entries) > self.size or self._weight > self.max_bytes
+        ):
+            _, gone = self._entries.popitem(last=False)
+            self._weight -= gone.weight
 
     def summaries(self) -> list[JSONObject]:
         """Newest first: the runs kept here, then those only in the records file."""
@@ -133,3 +156,17 @@ class RunHistory:
             if isinstance(value, dict) and isinstance(value.get("id"), str):
                 found.append(value)
         return found
+
+
+def _text_size(value: object) -> int:
+    """The characters of the strings in JSON ``value`` (a loop: no recursion limit)."""
+    size, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            size += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return size

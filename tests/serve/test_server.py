@@ -434,6 +434,24 @@ def test_history_keeps_only_the_newest_runs(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def test_history_keeps_fewer_runs_when_they_weigh_more_than_its_budget(tmp_path: Path) -> None:
+    """Each run's input is 600 characters (a file input may be 20 MiB): a budget of 1,000
+    keeps the newest only; a run over the budget on its own is still kept."""
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        history = RunHistory(max_bytes=1000)
+        async with served(agent, history=history) as (_, client):
+            ids = []
+            for x in ("a" * 600, "b" * 600, "c" * 2000):
+                ids.append((await client.post("/run/echo/say", json={"x": x})).json()["id"])
+                runs = (await client.get("/runs")).json()["runs"]
+                assert [r["id"] for r in runs] == [ids[-1]]
+            assert (await client.get(f"/runs/{ids[0]}")).status_code == 404
+
+    asyncio.run(scenario())
+
+
 def test_serve_prints_the_address_of_its_page(tmp_path: Path) -> None:
     agent = write_agent(tmp_path)
 
