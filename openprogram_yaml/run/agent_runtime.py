@@ -12,6 +12,7 @@ from ..runtime import Runtime
 from ..runtime.asking import ask_user_tool
 from ..runtimes.protocol import RuntimeSelectorProtocol, SelectorWrapper
 from ..runtimes.select import RuntimeSelector
+from .fallback import models_for
 from .method import method_tool
 
 if TYPE_CHECKING:
@@ -51,9 +52,13 @@ async def server_tools(agent: Agent) -> list[object]:
     return found
 
 
-async def _agent_tools(agent: Agent, selector: RuntimeSelectorProtocol) -> Sequence[object]:
-    """The agent's tools, with its MCP servers' (a replay starts no server: it offers their
-    tools as the recorded requests did, and the recordings answer their calls)."""
+async def _agent_tools(
+    agent: Agent, selector: RuntimeSelectorProtocol, gate: ToolGate | None, model: str | None
+) -> Sequence[object]:
+    """The agent's tools, with its MCP servers'. A replay starts no server: it offers their
+    tools as the recorded requests did, and the recordings answer their calls. Nor does an
+    offline run (``_offline``): a server is a program of the repository's, or a server
+    beyond this machine, and starting it is running it."""
     if not agent.tool_servers:
         return agent.tools
     from ..recording.replay import ReplaySelector
@@ -62,7 +67,31 @@ async def _agent_tools(agent: Agent, selector: RuntimeSelectorProtocol) -> Seque
         recorded = selector.recorded_tools()
         replayed = [tool for s in agent.tool_servers for tool in s.replayed_tools(recorded)]
         return [*agent.tools, *replayed]
+    if _offline(agent, selector, gate, model):
+        # Offered by name only (any arguments): the tools the toolsets, allow/deny lists and
+        # the run's doubles name. Their calls are answered by a double or "not run".
+        named = {name for s in agent.tool_servers for name, _ in s.expected}
+        named |= set(gate.doubles if gate is not None else ())
+        specs = [{"name": name} for name in sorted(named)]
+        stand_ins = [tool for s in agent.tool_servers for tool in s.replayed_tools(specs)]
+        return [*agent.tools, *stand_ins]
     return [*agent.tools, *await server_tools(agent)]
+
+
+def _offline(
+    agent: Agent, selector: RuntimeSelectorProtocol, gate: ToolGate | None, model: str | None
+) -> bool:
+    """Whether no call of an MCP tool can run: no live tools, and every model the run may
+    turn to (``model``, else every method's and fallback of the agent: methods call one
+    another) is served offline (the ``test`` model)."""
+    if gate is not None and gate.live_tools:
+        return False
+    methods = agent.methods.values()
+    models = {model} if model else {m for method in methods for m in models_for(agent, method)}
+    try:
+        return bool(models) and all(getattr(selector.select(m), "offline", False) for m in models)
+    except Exception:  # a model no runtime serves: the run fails at its first turn anyway
+        return False
 
 
 @contextlib.asynccontextmanager
@@ -76,6 +105,7 @@ async def open_runtime(
     on_retry: Callable[[RetryInfo], object] | None = None,
     asker: Asker | None = None,
     on_event: Callable[[JSONObject], None] | None = None,
+    model: str | None = None,
 ) -> AsyncIterator[Runtime]:
     """A ``Runtime`` set up from ``agent``'s model, retry policy and runtime rules.
 
@@ -86,12 +116,14 @@ async def open_runtime(
     every turn, or replaying recorded ones); what it returns is closed on exit.
     ``asker`` answers questions and confirmations (None: nobody is there).
     ``on_event`` is told what happens as it happens (``run.events`` names the events).
+    ``model`` is the run's model when it overrides the agent's (an offline run starts no
+    MCP server).
     """
     selector: RuntimeSelectorProtocol = selector_for(agent) if shared is None else shared
     if wrap_selector is not None:
         selector = wrap_selector(selector)
     try:
-        tools = await _agent_tools(agent, selector)
+        tools = await _agent_tools(agent, selector, tool_gate, model)
     except BaseException:
         try:
             await selector.aclose()

@@ -111,6 +111,7 @@ async def execute_run(
             on_retry=on_retry,
             asker=asker,
             on_event=on_event,
+            model=model,
         ) as runtime:
             runtime.meter = meter
             try:

@@ -22,7 +22,8 @@ says why); one that dies during a call, does not answer within ``timeout_s``, or
 again on the next run.
 
 A replay starts no server: ``replayed_tools`` gives the tools the recorded requests offered,
-and the recordings answer their calls.
+and the recordings answer their calls. Nor does an offline run (the ``test`` model without
+live tools, ``run.agent_runtime``): it offers the tools the agent names, by name only.
 """
 
 from __future__ import annotations
@@ -357,8 +358,9 @@ class McpServer:
 
     def replayed_tools(self, offered: Iterable[Mapping[str, JSONValue]]) -> tuple[McpTool, ...]:
         """The server's tools as recorded requests offered them (``offered``: tool specs,
-        ``{"name", "description", "parameters"}``), for a replay, which starts no server: its
-        calls are answered from the recordings. Tools of other servers are left out."""
+        ``{"name", "description", "parameters"}``; any arguments when none are given), for a
+        replay or an offline run, which start no server: their calls are answered from the
+        recordings, by doubles or "not run". Tools of other servers are left out."""
         prefix = self.name + SEPARATOR
         tools: dict[str, McpTool] = {}
         for spec in offered:

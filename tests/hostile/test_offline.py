@@ -429,3 +429,80 @@ tests:
     agent = _agent(tmp_path, tests=tests)
     assert main(["test", str(agent), "--replay", str(recordings)]) == 0, capsys.readouterr().out
     assert not (tmp_path / "made.txt").exists()
+
+
+# --- MCP servers --------------------------------------------------------------------------
+
+# An MCP server is a program of the repository's (or a server beyond it): starting it is
+# running it, so the offline model starts none. This one leaves a file behind when it starts.
+MCP_SERVER = """\
+from pathlib import Path
+from mcp.server import MCPServer
+
+Path(__file__).with_name("started.txt").write_text("started")
+server = MCPServer("notes")
+
+
+@server.tool()
+def read_note(name: str) -> str:
+    \"\"\"Read a note.\"\"\"
+    return "buy milk"
+
+
+server.run()
+"""
+
+MCP_AGENT = """\
+version: 1
+name: notes
+model: test
+tools:
+  files:
+    mcp: {command: [%(python)s, notes_server.py]}
+toolsets:
+  reading: {tools: [files__read_note, "files__list_*"]}
+methods:
+  read:
+    prompt: Read the todo note.
+    toolset: reading
+tests:
+  - name: the note is doubled
+    method: read
+    tools:
+      files__read_note: [{returns: buy bread}]
+    expect:
+      tools_called: [files__read_note]
+      contains: [buy bread]
+"""
+
+
+def _mcp_agent(tmp_path: Path) -> Path:
+    (tmp_path / "notes_server.py").write_text(MCP_SERVER)
+    path = tmp_path / "notes.yaml"
+    path.write_text(MCP_AGENT % {"python": json.dumps(sys.executable)}, encoding="utf-8")
+    return path
+
+
+def test_an_mcp_server_does_not_start_under_the_test_model(tmp_path, capsys) -> None:
+    agent = _mcp_agent(tmp_path)
+    code = main([str(agent), "read", "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    # The tool the toolset names is offered, and answered "not run".
+    assert json.loads(captured.out)["tools_not_run"] == [
+        {"name": "files__read_note", "reason": "offline"}
+    ]
+    code = main(["test", str(agent)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.out
+    assert "1 passed, 0 failed" in captured.out
+    assert not (tmp_path / "started.txt").exists()
+
+
+def test_an_mcp_server_starts_with_live_tools(tmp_path, capsys) -> None:
+    agent = _mcp_agent(tmp_path)
+    code = main([str(agent), "read", "--json", "--live-tools"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "files__read_note: buy milk" in json.loads(captured.out)["output"]
+    assert (tmp_path / "started.txt").exists()
