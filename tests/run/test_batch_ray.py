@@ -329,3 +329,25 @@ def test_a_project_known_by_its_git_checkout_runs_there_too(ray_address, write, 
     on_ray = run_engine(RayEngine(program, address=ray_address), job, rows)
 
     assert lines_by_key(on_ray) == lines_by_key(local)
+
+
+def test_dotenv_files_do_not_travel_with_the_job(write, tmp_path) -> None:
+    """Keys stay off the cluster: a project's .env files are not packed into the job's
+    working_dir (packed here with Ray's own packer, as ``ray.init`` packs it), even with no
+    .gitignore naming them; the project's own files are."""
+    pytest.importorskip("ray", reason="the Ray engine needs the ray extra (.[test] has it)")
+    from ray._private.runtime_env.packaging import _zip_files
+
+    path = write("project/tagger.yaml", OFFLINE)
+    write("project/.env", "OPENAI_API_KEY=sk-dotenv-secret\n")
+    write("project/.env.production", "OPENAI_API_KEY=sk-dotenv-secret\n")
+    write("project/sub/.env", "OPENAI_API_KEY=sk-dotenv-secret\n")
+    engine = RayEngine(compile_path(path))
+    env = engine.runtime_env()
+    package = tmp_path / "package.zip"
+    _zip_files(env["working_dir"], env["excludes"], str(package), include_gitignore=True)
+    import zipfile
+
+    names = set(zipfile.ZipFile(package).namelist())
+    assert "tagger.yaml" in names
+    assert not [name for name in names if Path(name).name.startswith(".env")], names

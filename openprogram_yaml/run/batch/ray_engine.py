@@ -60,8 +60,12 @@ __all__ = ["RAY_MISSING", "RayEngine", "RowWorker", "import_ray"]
 RAY_MISSING = "the Ray engine needs the ray extra: pip install 'openprogram-yaml[ray]'"
 
 #: Never shipped to the cluster: version control, virtual environments, caches, the
-#: project's own data folder (sessions, chat history). Patterns as ``.gitignore`` writes them.
+#: project's own data folder (sessions, chat history), and ``.env`` files: keys are read
+#: from each node's environment, never shipped (Ray stores the package where any job of the
+#: cluster can read it). Patterns as ``.gitignore`` writes them.
 DEFAULT_EXCLUDES: tuple[str, ...] = (
+    ".env",
+    ".env.*",
     ".git",
     ".hg",
     ".venv",
