@@ -28,10 +28,13 @@ def is_loopback(host: str) -> bool:
 
 
 def token_matches(sent: str | None, token: str) -> bool:
-    """Whether ``sent`` is ``token``, compared in constant time (no timing hints)."""
+    """Whether ``sent`` is ``token``, compared in constant time (no timing hints).
+
+    ``sent`` comes from a client: a header that is not UTF-8 arrives with surrogates in
+    it, which are encoded as they are (a mismatch, not an error)."""
     if sent is None:
         return False
-    return hmac.compare_digest(sent.encode("utf-8"), token.encode("utf-8"))
+    return hmac.compare_digest(sent.encode("utf-8", "surrogatepass"), token.encode("utf-8"))
 
 
 def token_problem(host: str, token: str | None) -> str | None:

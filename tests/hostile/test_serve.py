@@ -693,6 +693,9 @@ def test_with_a_token_a_request_without_it_runs_nothing(tmp_path: Path) -> None:
                 {"Authorization": f"Bearer {token[:-1]}"},
                 {"Authorization": f"Basic {token}"},
                 {"Cookie": f"openprogram_token_{port}={token}x"},
+                # Bytes that are not UTF-8 (sent as Latin-1): a 401, not a 500.
+                {"Authorization": "Bearer \xff\xfe"},
+                {"Cookie": f"openprogram_token_{port}=\xff"},
             ):
                 status, body = await exchange(port, run_request(port, headers=headers))
                 assert status == 401, headers
