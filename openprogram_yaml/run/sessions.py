@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Collection, Iterator, Mapping
@@ -41,6 +42,7 @@ __all__ = [
     "SessionStore",
     "chat_input",
     "check_name",
+    "private_file",
     "private_folder",
     "sessions_path",
     "turn_text",
@@ -107,6 +109,15 @@ def private_folder(folder: Path) -> Path:
     return folder
 
 
+def private_file(path: Path) -> Path:
+    """``path`` created empty when missing, readable by its owner alone (0600, as a shell's
+    history is): the sessions and the chat's input history are one person's conversations
+    (SQLite gives the store's WAL files the store's mode). Raises ``OSError``."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    return path
+
+
 def check_name(name: str) -> str:
     """``name`` if it can name a session; else a ``UsageError`` saying what can."""
     if not _NAME.fullmatch(name):
@@ -171,7 +182,7 @@ class SessionStore:
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
             try:
-                private_folder(self.path.parent)
+                private_file(private_folder(self.path.parent) / self.path.name)
                 # Autocommit; writes that belong together use an explicit transaction.
                 db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
                 db.execute("PRAGMA journal_mode=WAL")

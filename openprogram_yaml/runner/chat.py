@@ -29,6 +29,7 @@ from ..run.sessions import (
     SessionStore,
     chat_input,
     check_name,
+    private_file,
     private_folder,
     sessions_path,
     turn_text,
@@ -202,7 +203,7 @@ class _Chat:
         watching = asyncio.create_task(self.holder.watching.wait())
         await asyncio.wait({watching, watcher}, return_when=asyncio.FIRST_COMPLETED)
         watching.cancel()
-        private_folder(self.history_file.parent)
+        private_file(private_folder(self.history_file.parent) / self.history_file.name)
         history = _redacted_history(str(self.history_file), lambda: self.secrets)
         prompt: PromptSession[str] = PromptSession(history=history)
         self.prompt = prompt

@@ -267,3 +267,12 @@ def test_a_store_another_process_keeps_locked_is_a_clear_error(tmp_path: Path) -
         holder.close()
     with _store(tmp_path) as store:
         assert store.messages("work") == []
+
+
+def test_the_store_is_readable_by_its_owner_alone(tmp_path: Path) -> None:
+    with _store(tmp_path) as store:
+        store.open("work", "pal", "talk")
+        store.add_turn("work", "my address is 1 Main St", "noted", run_id="r1", version="v1")
+        files = sorted((tmp_path / ".openprogram").glob("sessions.db*"))
+        assert [f.name for f in files][:2] == ["sessions.db", "sessions.db-shm"]
+        assert {f.name: f.stat().st_mode & 0o777 for f in files} == {f.name: 0o600 for f in files}

@@ -198,6 +198,8 @@ def test_a_conversation_streams_answers_and_a_resume_sends_the_history(
         if (kept / name).exists():
             assert SECRET.encode() not in (kept / name).read_bytes(), name
     assert "my key is ***" in (kept / "chat_history").read_text()
+    # One person's conversations: readable by their owner alone, as a shell's history is.
+    assert (kept / "chat_history").stat().st_mode & 0o777 == 0o600
 
     # What the chats kept, through `openprogram-run sessions`.
     assert main(["sessions", "-p", str(tmp_path)]) == 0
