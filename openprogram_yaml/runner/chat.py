@@ -412,6 +412,12 @@ def sessions_command(argv: Sequence[str]) -> int:
     if args.action != "list" and not args.name:
         _say(f"error: sessions {args.action} needs a session NAME (sessions list shows them)")
         return 2
+    if not args.path.exists():
+        _say(
+            f"error: {args.path}: no such file or folder (-p names the project folder or an "
+            "agent file in it)"
+        )
+        return 2
     with SessionStore(sessions_path(find_project_root(args.path))) as store:
         try:
             return _sessions_action(store, args)

@@ -399,3 +399,13 @@ def test_sessions_show_on_a_terminal_shows_escape_sequences_as_text(tmp_path: Pa
     assert proc.returncode == 0, err
     assert b"\x1b" not in out and b"\x07" not in out
     assert b"pal:\r\n\\x1b]52;c;ZXZpbA==\\x07hello\r\n" in out
+
+
+def test_sessions_of_a_path_that_does_not_exist_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It named the store of whatever folder the search ended in ('/.openprogram/...').
+    missing = tmp_path / "nope"
+    assert main(["sessions", "-p", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {missing}: no such file or folder" in err
