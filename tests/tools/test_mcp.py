@@ -170,21 +170,21 @@ def test_a_server_that_cannot_start_says_so_with_its_stderr(tmp_path: Path) -> N
     assert "cannot open the database" in message
 
 
-def test_env_values_reach_the_server_and_only_safe_variables_besides() -> None:
-    os.environ["OPENPROGRAM_TEST_LEAK"] = "must-not-pass"
-
-    async def go() -> object:
-        server = _stdio_server(env={"NOTES_TOKEN": "s3cret-token"})
+def test_env_values_reach_the_server_and_only_safe_variables_besides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def go(env: dict[str, str] | None) -> object:
+        server = _stdio_server(env=env)
         try:
             tools = _by_name(await server.tools())
             return await tools["notes__secret"].execute()
         finally:
             await server.aclose()
 
-    try:
-        assert asyncio.run(go()) == "s3cret-token"
-    finally:
-        del os.environ["OPENPROGRAM_TEST_LEAK"]
+    # The runner's own variables stay behind: the server sees only what its entry gives.
+    monkeypatch.setenv("NOTES_TOKEN", "the-runners-own")
+    assert asyncio.run(go(None)) == "(unset)"
+    assert asyncio.run(go({"NOTES_TOKEN": "s3cret-token"})) == "s3cret-token"
 
 
 # --- streamable HTTP ------------------------------------------------------------------------
@@ -234,6 +234,31 @@ def test_http_server_with_headers(http_server: str) -> None:
     message = str(refused.value)
     assert "MCP server 'tickets'" in message and "failed to start" in message
     assert "s3cret" not in message
+
+
+def test_over_http_a_crash_mid_call_and_a_slow_call_fail_that_call(http_server: str) -> None:
+    async def go() -> tuple[str, object, str]:
+        headers = {"Authorization": "Bearer http-s3cret"}
+        server = McpServer("tickets", url=http_server, headers=headers, timeout_s=0.5)
+        try:
+            tools = _by_name(await server.tools())
+            with pytest.raises(ToolError) as slow:
+                await tools["tickets__wait_forever"].execute()
+            after = await tools["tickets__read_note"].execute(name="todo")
+            with pytest.raises(ToolError) as crashed:
+                await tools["tickets__crash"].execute()
+            return str(slow.value), after, str(crashed.value)
+        finally:
+            await server.aclose()
+
+    slow, after, crashed = asyncio.run(go())
+    assert "did not answer tool 'tickets__wait_forever' within 0.5s" in slow
+    assert after == "buy milk"
+    assert (
+        "MCP server 'tickets'" in crashed
+        and "stopped while running tool 'tickets__crash'" in crashed
+    )
+    assert "s3cret" not in slow + crashed
 
 
 # --- as part of an agent ----------------------------------------------------------------------
@@ -409,13 +434,16 @@ def test_the_example_runs_offline_with_live_tools_and_its_tests_pass() -> None:
 
 
 def test_ctrl_c_during_a_call_leaves_no_server_process(tmp_path: Path) -> None:
-    fifo = tmp_path / "pid"
-    os.mkfifo(fifo)
+    # The server tells its pid over a socket on 127.0.0.1 the test listens on: accepting
+    # waits at most 60 s (a server that never starts fails the test, it does not hang it).
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(60)
+    port = listener.getsockname()[1]
     server = tmp_path / "slow.py"
     server.write_text(
         textwrap.dedent(
             f"""\
-            import asyncio, os
+            import asyncio, os, socket
             from mcp.server import MCPServer
             server = MCPServer("slow")
 
@@ -425,8 +453,8 @@ def test_ctrl_c_during_a_call_leaves_no_server_process(tmp_path: Path) -> None:
                 await asyncio.Event().wait()
                 return ""
 
-            with open({str(fifo)!r}, "w") as out:  # the test reads the pid from the fifo
-                out.write(str(os.getpid()))
+            with socket.create_connection(("127.0.0.1", {port})) as tell:
+                tell.sendall(str(os.getpid()).encode())
             server.run()
             """
         )
@@ -445,14 +473,18 @@ def test_ctrl_c_during_a_call_leaves_no_server_process(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        with open(fifo) as pid_file:  # blocks until the server has started
-            pid = int(pid_file.read())
+        with listener:
+            told, _ = listener.accept()  # the server has started
+        with told:
+            told.settimeout(60)
+            pid = int(told.makefile("rb").read())  # to the server's close
         assert _alive(pid)
         cli.send_signal(signal.SIGINT)
         cli.communicate(timeout=60)
     finally:
         if cli.poll() is None:
             cli.kill()
+            cli.communicate()
     assert cli.returncode != 0
     assert not _alive(pid)
 
