@@ -125,6 +125,19 @@ def _on_a_terminal(args: list[str], cwd: Path) -> tuple[subprocess.Popen[bytes],
     return proc, controller
 
 
+def _shown_on_a_terminal(args: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
+    """``openprogram-run ARGS`` run to its end on a pty: its exit status, what the terminal
+    showed and what went to stderr."""
+    proc, controller = _on_a_terminal(args, cwd)
+    try:
+        _, err = proc.communicate(timeout=60)
+        out = _read_rest(controller)
+    finally:
+        proc.kill()
+        os.close(controller)
+    return proc.returncode, out, err
+
+
 def test_a_text_answer_shows_on_the_terminal_as_it_streams(tmp_path: Path) -> None:
     gate = threading.Event()
     events = openai_sse([_chunk("Hello, "), _chunk("Ada"), _chunk("!"), _done()])
@@ -157,14 +170,8 @@ def test_a_secret_split_across_pieces_is_hidden_on_the_terminal(tmp_path: Path) 
     with LoopbackServer() as server:
         server.add(sse_reply(openai_sse([*map(_chunk, pieces), _done()])))
         (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
-        proc, controller = _on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
-        try:
-            _, err = proc.communicate(timeout=60)
-            out = _read_rest(controller)
-        finally:
-            proc.kill()
-            os.close(controller)
-    assert proc.returncode == 0, err
+        code, out, err = _shown_on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
+    assert code == 0, err
     assert SECRET[:half].encode() not in out and SECRET[half:].encode() not in out
     assert out.replace(b"\r\n", b"\n") == b"key: *** done\n"
 
@@ -174,14 +181,8 @@ def test_a_retry_is_one_line_on_stderr_and_the_next_attempt_streams(tmp_path: Pa
         server.add(status_reply(429, {"error": {"message": "slow down"}}))
         server.add(sse_reply(openai_sse([_chunk("Hi"), _done()])))
         (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
-        proc, controller = _on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
-        try:
-            _, err = proc.communicate(timeout=60)
-            out = _read_rest(controller)
-        finally:
-            proc.kill()
-            os.close(controller)
-    assert proc.returncode == 0, err
+        code, out, err = _shown_on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
+    assert code == 0, err
     lines = err.decode().splitlines()
     assert len(lines) == 1 and lines[0].startswith("HTTP 429 – retrying in "), lines
     assert lines[0].endswith(" s (2/3)")  # the second attempt of three
@@ -305,14 +306,8 @@ def test_escape_sequences_in_a_streamed_answer_and_a_tool_line_are_shown_not_obe
     with LoopbackServer() as server:
         server.add(sse_reply(openai_sse([*map(_chunk, pieces), _done()])))
         (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
-        proc, controller = _on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
-        try:
-            _, err = proc.communicate(timeout=60)
-            out = _read_rest(controller)
-        finally:
-            proc.kill()
-            os.close(controller)
-    assert proc.returncode == 0, err
+        code, out, err = _shown_on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
+    assert code == 0, err
     shown = out.replace(b"\r\n", b"\n")
     assert b"\x1b" not in shown and b"\x07" not in shown and b"\r" not in shown
     assert "\x9b" not in shown.decode()
@@ -325,13 +320,7 @@ def test_escape_sequences_in_a_tool_call_line_are_shown_not_obeyed(tmp_path: Pat
         '    return "\\x1b]0;owned\\x07found"\n'
     )
     (tmp_path / "agent.yaml").write_text(TOOLS_AGENT)
-    proc, controller = _on_a_terminal(["agent.yaml", "answer"], tmp_path)
-    try:
-        _, err = proc.communicate(timeout=60)
-        _read_rest(controller)
-    finally:
-        proc.kill()
-        os.close(controller)
-    assert proc.returncode == 0, err
+    code, _, err = _shown_on_a_terminal(["agent.yaml", "answer"], tmp_path)
+    assert code == 0, err
     assert b"\x1b" not in err and b"\x07" not in err
     assert "← lookup returned: \\x1b]0;owned\\x07found" in err.decode().splitlines()
