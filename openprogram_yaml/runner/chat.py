@@ -296,8 +296,10 @@ class _Chat:
         elif record.status == "interrupted":
             _say("(cancelled; the session is as it was)")
         else:
-            error = record.error or {}
-            _say(f"error: {error.get('type', 'error')}: {error.get('message', '')}", secrets)
+            from .run_errors import describe_error
+
+            # As a plain run says it: a schema failure's issues and repairs too.
+            _say(describe_error(record.error or {}), secrets)
 
     # --- commands -----------------------------------------------------------------------
 

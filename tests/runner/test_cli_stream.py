@@ -324,3 +324,19 @@ def test_escape_sequences_in_a_tool_call_line_are_shown_not_obeyed(tmp_path: Pat
     assert code == 0, err
     assert b"\x1b" not in err and b"\x07" not in err
     assert "← lookup returned: \\x1b]0;owned\\x07found" in err.decode().splitlines()
+
+
+def test_an_error_message_from_the_provider_shows_its_escape_sequences_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The provider's (or a proxy's) error text is not ours: it is shown, never obeyed.
+    monkeypatch.setenv("WRITER_KEY", SECRET)
+    with LoopbackServer() as server:
+        server.add(status_reply(400, {"error": {"message": "bad \x1b]0;owned\x07 request"}}))
+        path = tmp_path / "agent.yaml"
+        path.write_text(AGENT % (server.url + "/v1"))
+        code = main([str(path), "greet", "-i", "who=Ada"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "\x1b" not in err and "\x07" not in err
+    assert "bad \\x1b]0;owned\\x07 request" in err
