@@ -15,8 +15,11 @@ the ``Host`` the request was sent to.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+
+from ..json_types import JSONValue
 
 __all__ = [
     "LOOPBACK_HOSTS",
@@ -24,8 +27,8 @@ __all__ = [
     "TOKEN_COOKIE",
     "ServeLimits",
     "media_refusal",
-    "nests_deeper",
     "origin_refusal",
+    "read_json",
     "shown",
 ]
 
@@ -106,21 +109,56 @@ def media_refusal(content_type: str | None) -> str | None:
     return f"send the inputs as a JSON object with Content-Type: application/json (got {got})"
 
 
-def nests_deeper(value: object, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether JSON ``value`` nests arrays and objects more than ``limit`` deep."""
+_DEEPER = f"it nests arrays and objects deeper than {MAX_JSON_DEPTH}"
+_HALF_PAIR = "a string in it holds half of a UTF-16 surrogate pair (such as \\ud800), not text"
+
+
+def read_json(data: bytes | str) -> JSONValue:
+    """A client's JSON; ``ValueError`` saying what is wrong: not JSON, nested deeper than
+    ``MAX_JSON_DEPTH``, or a string holding half of a UTF-16 pair (``"\\ud800"``: no text,
+    and no UTF-8 for the record or the model)."""
+    try:
+        value: JSONValue = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
+    except UnicodeDecodeError:
+        raise ValueError("not JSON: it is not UTF-8") from None
+    except RecursionError:
+        raise ValueError(_DEEPER) from None
+    problem = _json_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _json_problem(value: object) -> str | None:
+    """Why JSON ``value`` is refused (nested deeper than ``MAX_JSON_DEPTH``, a lone
+    surrogate in a string or a key), or None."""
     stack: list[tuple[object, int]] = [(value, 1)]
     while stack:  # a loop, not recursion: the point is to survive any depth
         item, depth = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii() and not _is_text(item):
+                return _HALF_PAIR
+            continue
         if isinstance(item, dict):
-            children: Iterable[object] = item.values()
+            children: Iterable[object] = [*item.keys(), *item.values()]
         elif isinstance(item, list):
             children = item
         else:
             continue
-        if depth > limit:
-            return True
-        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
-    return False
+        if depth > MAX_JSON_DEPTH:
+            return _DEEPER
+        stack.extend((c, depth + 1) for c in children)
+    return None
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def shown(value: str) -> str:

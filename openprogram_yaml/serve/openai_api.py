@@ -50,7 +50,7 @@ from aiohttp import web
 from ..json_types import JSONObject, JSONValue
 from ..redaction import StreamRedactor, redact
 from ..run.record import RunRecord
-from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper, shown
+from .guard import media_refusal, read_json, shown
 from .served_run import start_run, status_of
 from .sse import EventStream
 
@@ -251,12 +251,12 @@ def method_inputs(method: Method, text: str) -> dict[str, JSONValue]:
         if kind in (None, "string"):
             return {names[0]: text}
         try:
-            return {names[0]: _parse_json(text)}
+            return {names[0]: read_json(text)}
         except ValueError:
             return {names[0]: text}  # the inputs schema says what is wrong with it
     example = ", ".join(f'"{n}": …' for n in names)
     try:
-        inputs = _parse_json(text)
+        inputs = read_json(text)
     except ValueError as exc:
         raise _bad(
             f"Model '{method.agent}.{method.name}' takes inputs {', '.join(names)}: the last "
@@ -268,18 +268,6 @@ def method_inputs(method: Method, text: str) -> dict[str, JSONValue]:
             f"user message must be a JSON object {{{example}}}."
         )
     return inputs
-
-
-def _parse_json(text: str) -> JSONValue:
-    try:
-        value: JSONValue = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
-    except RecursionError:
-        raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH}") from None
-    if nests_deeper(value, MAX_JSON_DEPTH):
-        raise ValueError(f"it nests deeper than {MAX_JSON_DEPTH}")
-    return value
 
 
 # --- the response ------------------------------------------------------------------------
@@ -446,8 +434,8 @@ async def _read_body(request: web.Request) -> object:
     if refusal is not None:
         raise OpenAIError(415, refusal.replace("the inputs", "the request"))
     try:
-        return _parse_json(await request.text())
-    except (ValueError, UnicodeDecodeError) as exc:
+        return read_json(await request.read())
+    except ValueError as exc:
         raise _bad(f"The body must be a JSON object ({exc}).") from None
 
 

@@ -11,7 +11,6 @@ error middleware answers it as ``{"error": ...}`` (in OpenAI's shape under ``/v1
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -25,7 +24,7 @@ from ..run.record import RunRecord
 from ..run.sessions import SessionMismatchError, user_text
 from ..runtime.trace import SessionTrace
 from .app import Refused, ServeState
-from .guard import MAX_JSON_DEPTH, media_refusal, nests_deeper
+from .guard import media_refusal, read_json
 
 if TYPE_CHECKING:
     from ..compile.program import Agent, Method, Program
@@ -63,17 +62,12 @@ async def read_inputs(request: web.Request) -> dict[str, JSONValue]:
     refusal = media_refusal(request.headers.get("Content-Type"))
     if refusal is not None:
         raise Refused(415, refusal)
-    too_deep = f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH}"
     try:
-        inputs = json.loads(await request.read() or b"{}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise Refused(400, f"the body is not JSON: {exc}") from None
-    except RecursionError:
-        raise Refused(400, too_deep) from None
+        inputs = read_json(await request.read() or b"{}")
+    except ValueError as exc:
+        raise Refused(400, f"the body must be a JSON object of inputs ({exc})") from None
     if not isinstance(inputs, dict):
         raise Refused(400, "the body must be a JSON object of input names to values")
-    if nests_deeper(inputs, MAX_JSON_DEPTH):
-        raise Refused(400, too_deep)
     return inputs
 
 

@@ -393,6 +393,36 @@ def test_deeply_nested_json_gets_400(tmp_path: Path, depth: int) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/run/echo/say", b'{"x": "\\ud800"}'),
+        ("/run/echo/say", b'{"\\udfff": "hi"}'),
+        ("/api/render/echo/say", b'{"x": "a \\ud83d b"}'),
+        ("/questions/q1/answer", b'{"answer": "\\ud800"}'),
+        (
+            "/v1/chat/completions",
+            b'{"model": "echo.say", "messages": [{"role": "user", "content": "\\ud800"}]}',
+        ),
+    ],
+)
+def test_a_lone_surrogate_in_json_gets_400(tmp_path: Path, path: str, body: bytes) -> None:
+    """JSON may escape half of a UTF-16 pair (``\\ud800``): no text, and no UTF-8 for the
+    record or the model. It was a 500 from deep inside the run; a pair is text (an emoji)."""
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            raw = request(port, "POST", path, body, headers=JSON)
+            status, reply = await exchange(port, raw)
+            assert status == 400, reply
+            assert "surrogate" in json.dumps(reply)
+            status, reply = await exchange(port, run_request(port, b'{"x": "\\ud83d\\ude00"}'))
+            assert (status, reply["output"]) == (200, "test reply to: p \U0001f600")
+
+    asyncio.run(scenario())
+
+
 def test_json_nested_to_the_bound_is_served(tmp_path: Path) -> None:
     agent = write_agent(tmp_path)
 
