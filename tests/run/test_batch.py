@@ -180,3 +180,26 @@ def test_the_driver_streams_a_large_input_in_flat_memory(tmp_path: Path) -> None
         writer.close()
     assert isinstance(summary, BatchSummary) and summary.ok == count
     assert peak < 1_000_000
+
+
+def test_a_row_whose_run_raises_stops_the_batch_and_is_not_dropped(write) -> None:
+    # A run that raises instead of ending in a record (here a row whose inputs are not a
+    # mapping, which only a caller of the engine can hand it) stops the batch with that
+    # error; before, the row was left out silently and the batch went on as if it had run.
+    program = compile_path(write("agent.yaml", AGENT))
+    job = BatchJob(path=program.root, agent=None, method="tag", concurrency=1)
+
+    async def rows() -> AsyncIterator[BatchRow]:
+        yield BatchRow(0, {"ticket": "a"}, input_digest({"ticket": "a"}), "in:1")
+        yield BatchRow(1, None, "-", "in:2")  # type: ignore[arg-type]
+        yield BatchRow(2, {"ticket": "b"}, input_digest({"ticket": "b"}), "in:3")
+
+    seen: list[object] = []
+
+    async def go() -> None:
+        async for result in LocalEngine(program).run(job, rows()):
+            seen.append(result.key)
+
+    with pytest.raises(TypeError):
+        asyncio.run(go())
+    assert seen == [0]

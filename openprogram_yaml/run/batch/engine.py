@@ -5,9 +5,18 @@ program's runtimes and so their connection pools (``run.shared_runtimes``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -156,62 +165,94 @@ class LocalEngine:
         wrap = _selector_wrapper(job, limiter)
         runtimes = SharedRuntimes()
         shared = runtimes.acquire(self.program)
-        finished: asyncio.Queue[RowResult | None] = asyncio.Queue()
-        in_flight: set[asyncio.Task[None]] = set()
 
-        async def one(row: BatchRow) -> None:
-            result: RowResult | None = None
-            try:
-                record = await execute_run(
-                    self.program,
-                    stamp,
-                    job.agent,
-                    job.method,
-                    row.inputs,
-                    model=job.model,
-                    shared=shared,
-                    wrap_selector=wrap,
-                    live_tools=job.live_tools,
-                )
-                if record.status != "interrupted":
-                    result = RowResult.from_record(row, record)
-            finally:
-                finished.put_nowait(result)
+        async def one(row: BatchRow) -> RowResult | None:
+            record = await execute_run(
+                self.program,
+                stamp,
+                job.agent,
+                job.method,
+                row.inputs,
+                model=job.model,
+                shared=shared,
+                wrap_selector=wrap,
+                live_tools=job.live_tools,
+            )
+            return None if record.status == "interrupted" else RowResult.from_record(row, record)
 
-        reading_failed: BaseException | None = None
-        more = True
-        running = 0
         try:
-            while True:
-                while more and running < job.concurrency:
-                    try:
-                        row = await anext(rows)
-                    except StopAsyncIteration:
-                        more = False
-                        break
-                    except Exception as exc:  # a bad line: finish what runs, then say it
-                        reading_failed, more = exc, False
-                        break
-                    task = asyncio.create_task(one(row))
-                    in_flight.add(task)
-                    task.add_done_callback(in_flight.discard)
-                    running += 1
-                if not running:
-                    break
-                # Each row puts exactly one item (its result, or None) when it ends.
-                result = await finished.get()
-                running -= 1
-                if result is not None:
+            # Closed here, not left to the collector: its rows in flight are cancelled before
+            # what they run on is closed.
+            async with contextlib.aclosing(
+                in_completion_order(rows, job.concurrency, one)
+            ) as results:
+                async for result in results:
                     yield result
-            if reading_failed is not None:
-                raise reading_failed
         finally:
-            for task in in_flight:
-                task.cancel()
-            if in_flight:
-                await asyncio.wait(in_flight)
             await runtimes.release(shared)
             await runtimes.aclose()
+
+
+async def in_completion_order(
+    rows: AsyncIterator[BatchRow],
+    concurrency: int,
+    run_row: Callable[[BatchRow], Awaitable[RowResult | None]],
+) -> AsyncGenerator[RowResult, None]:
+    """``run_row`` for each of ``rows``, as tasks, at most ``concurrency`` at once (a row is
+    read only when a slot is free); each result as it comes, None (a row stopped before it
+    ended) left out. The engines' loop: what differs is where ``run_row`` runs it.
+
+    An error reading ``rows`` (a bad line) is raised once the rows already started have
+    finished and been yielded; an error of ``run_row`` stops the batch at once. Closing the
+    results (``aclose``) cancels the rows in flight."""
+    finished: asyncio.Queue[RowResult | BaseException | None] = asyncio.Queue()
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def one(row: BatchRow) -> None:
+        outcome: RowResult | BaseException | None = None
+        try:
+            outcome = await run_row(row)
+        except Exception as exc:
+            outcome = exc
+        finally:  # exactly one item per row (None when cancelled)
+            finished.put_nowait(outcome)
+
+    reading_failed: BaseException | None = None
+    more = True
+    # Rows started whose outcome was not taken yet. Counted here, not by ``in_flight``: a
+    # task leaves that set a loop turn after its outcome is queued, and waiting for one more
+    # outcome then would wait forever.
+    running = 0
+    try:
+        while True:
+            while more and running < concurrency:
+                try:
+                    row = await anext(rows)
+                except StopAsyncIteration:
+                    more = False
+                    break
+                except Exception as exc:  # a bad line: finish what runs, then say it
+                    reading_failed, more = exc, False
+                    break
+                task = asyncio.create_task(one(row))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                running += 1
+            if not running:
+                break
+            outcome = await finished.get()
+            running -= 1
+            if isinstance(outcome, BaseException):
+                raise outcome
+            if outcome is not None:
+                yield outcome
+        if reading_failed is not None:
+            raise reading_failed
+    finally:
+        for task in in_flight:
+            task.cancel()
+        if in_flight:
+            await asyncio.wait(in_flight)
 
 
 def _selector_wrapper(job: BatchJob, limiter: RateLimiter) -> SelectorWrapper | None:

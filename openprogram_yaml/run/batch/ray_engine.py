@@ -36,6 +36,7 @@ batch stops with a ``UsageError`` saying how to install it (exit 2).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import math
@@ -47,7 +48,7 @@ from ...errors import ConfigError, UsageError
 from ..execute import execute_run
 from ..shared_runtimes import SharedRuntimes
 from ..version import VersionStamp
-from .engine import BatchJob, RowResult, _selector_wrapper
+from .engine import BatchJob, RowResult, _selector_wrapper, in_completion_order
 from .limits import RateLimiter
 from .rows import BatchRow
 
@@ -249,64 +250,32 @@ class RayEngine:
                 ) from None
             started_here = True
         actors: list[Any] = []
-        finished: asyncio.Queue[RowResult | BaseException | None] = asyncio.Queue()
-        in_flight: set[asyncio.Task[None]] = set()
         try:
             actors = await self._start_actors(ray, worker_job)
             loads = [0] * len(actors)
 
-            async def one(index: int, row: BatchRow) -> None:
-                result: RowResult | BaseException | None = None
+            async def one(row: BatchRow) -> RowResult | None:
+                index = loads.index(min(loads))  # the actor with the fewest rows in flight
+                loads[index] += 1
                 try:
-                    result = await actors[index].run_row.remote(row)
-                except asyncio.CancelledError:
-                    raise
+                    result: RowResult | None = await actors[index].run_row.remote(row)
                 except Exception as exc:  # the actor died (a node lost): stop the batch
-                    result = UsageError(
+                    raise UsageError(
                         f"a Ray worker stopped while running the row at {row.where}: "
                         f"{type(exc).__name__}: {exc}"
-                    )
+                    ) from None
                 finally:
                     loads[index] -= 1
-                    finished.put_nowait(result)
+                return result
 
-            reading_failed: BaseException | None = None
-            more = True
-            # Rows sent whose result was not taken yet. Counted here, not by ``in_flight``:
-            # a task leaves that set a loop turn after its result is queued, and waiting
-            # for one more result then would wait forever.
-            running = 0
-            while True:
-                while more and running < job.concurrency:
-                    try:
-                        row = await anext(rows)
-                    except StopAsyncIteration:
-                        more = False
-                        break
-                    except Exception as exc:  # a bad line: finish what runs, then say it
-                        reading_failed, more = exc, False
-                        break
-                    index = loads.index(min(loads))
-                    loads[index] += 1
-                    running += 1
-                    task = asyncio.create_task(one(index, row))
-                    in_flight.add(task)
-                    task.add_done_callback(in_flight.discard)
-                if running == 0:
-                    break
-                result = await finished.get()
-                running -= 1
-                if isinstance(result, BaseException):
-                    raise result
-                if result is not None:
+            # Closed here, not left to the collector: its rows in flight are cancelled before
+            # what they run on is closed.
+            async with contextlib.aclosing(
+                in_completion_order(rows, job.concurrency, one)
+            ) as results:
+                async for result in results:
                     yield result
-            if reading_failed is not None:
-                raise reading_failed
         finally:
-            for task in in_flight:
-                task.cancel()
-            if in_flight:
-                await asyncio.wait(in_flight)
             await self._stop_actors(ray, actors)
             if started_here:
                 ray.shutdown()
