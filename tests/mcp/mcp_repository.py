@@ -4,9 +4,11 @@ subprocess that the official SDK's client talks to (over stdio or streamable HTT
 from __future__ import annotations
 
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -134,19 +136,32 @@ def http_server(path: Path, log: Path, *args: str) -> Iterator[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert process.stderr is not None
+    stderr = process.stderr
+    assert stderr is not None
+    lines: list[str] = []
     try:
-        url = None
-        lines: list[str] = []
-        for line in process.stderr:  # ends when the server exits (a failure to start)
-            lines.append(line)
-            found = re.search(r"at (http://\S+/mcp) ", line)
-            if found:
-                url = found.group(1)
-                break
+        # Read by a thread, so that waiting for the startup line has a deadline (a server
+        # that hangs before it listens fails the test instead of hanging it).
+        found: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=lambda: found.put(_url_line(stderr, lines)), daemon=True).start()
+        try:
+            url = found.get(timeout=TIMEOUT_S)
+        except queue.Empty:
+            process.kill()
+            raise AssertionError(f"no startup line within {TIMEOUT_S:g} s") from None
         assert url is not None, "".join(lines)
         yield url
     finally:
         process.terminate()
         _, rest = process.communicate(timeout=TIMEOUT_S)
         log.write_text("".join(lines) + rest, encoding="utf-8")
+
+
+def _url_line(stderr: IO[str], lines: list[str]) -> str | None:
+    """The URL of the startup line, None when the server exits before saying it."""
+    for line in stderr:
+        lines.append(line)
+        found = re.search(r"at (http://\S+/mcp) ", line)
+        if found:
+            return found.group(1)
+    return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 from loopback import LoopbackServer, chat_completion, json_reply
@@ -203,18 +205,30 @@ def http_server() -> Iterator[str]:
         text=True,
     )
     assert process.stderr is not None
-    for line in process.stderr:  # uvicorn says when it listens
-        if "Uvicorn running on" in line:
-            break
-    else:
-        pytest.fail("the HTTP MCP server did not start")
-    # Its request log must not fill the pipe (the server would stall): read it away.
-    threading.Thread(target=process.stderr.read, daemon=True).start()
+    # Its stderr read by a thread (its request log must not fill the pipe: the server would
+    # stall); the test waits for uvicorn's "running" line at most 60 s.
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_lines_to, args=(process.stderr, lines), daemon=True).start()
+    try:
+        while "Uvicorn running on" not in (line := lines.get(timeout=60)):
+            if not line:
+                pytest.fail("the HTTP MCP server exited before it listened")
+    except queue.Empty:
+        process.kill()
+        process.wait()
+        pytest.fail("the HTTP MCP server did not start within 60 s")
     try:
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
+
+
+def _lines_to(stream: IO[str], lines: queue.Queue[str]) -> None:
+    """Each line of ``stream`` into ``lines``, then "" at its end."""
+    for line in stream:
+        lines.put(line)
+    lines.put("")
 
 
 def test_http_server_with_headers(http_server: str) -> None:
