@@ -373,7 +373,12 @@ def _cmd_run(argv: Sequence[str]) -> int:
     if args.json:
         _emit(sys.stdout, record.to_json())
     elif record.error is None and not shown:
-        _emit(sys.stdout, _format_output(record.output), secrets)
+        text = _format_output(record.output)
+        if sys.stdout.isatty():  # what the model wrote is shown there, never obeyed
+            from .terminal_asker import shown_on_terminal
+
+            text = shown_on_terminal(text)
+        _emit(sys.stdout, text, secrets)
     if record.tools_not_run and not args.json:
         _emit(sys.stderr, _not_run_note(record.tools_not_run))
     if record.fallbacks and not args.json and display is None:  # a display showed them

@@ -340,3 +340,14 @@ def test_an_error_message_from_the_provider_shows_its_escape_sequences_as_text(
     assert code == 1
     assert "\x1b" not in err and "\x07" not in err
     assert "bad \\x1b]0;owned\\x07 request" in err
+
+
+def test_with_no_stream_on_a_terminal_escape_sequences_show_as_text_too(tmp_path: Path) -> None:
+    with LoopbackServer() as server:
+        server.add(json_reply(chat_completion("a\x1b]52;c;ZXZpbA==\x07b")))
+        (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
+        code, out, err = _shown_on_a_terminal(
+            ["agent.yaml", "greet", "-i", "who=Ada", "--no-stream"], tmp_path
+        )
+    assert code == 0, err
+    assert out.replace(b"\r\n", b"\n") == b"a\\x1b]52;c;ZXZpbA==\\x07b\n"
