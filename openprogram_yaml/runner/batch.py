@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
 import signal
 import sys
 import time
@@ -153,6 +154,7 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
         secrets = run_secrets(agent)
         method = agent.method(name or None)
         renames = _renames(args.map)
+        _not_the_input(args.input, args.output)
         done = _resumed(args.output, args.resume)
     except UsageError as exc:
         return _fail(f"error: {exc}", secrets)
@@ -272,6 +274,14 @@ def _renames(items: Sequence[str]) -> dict[str, str]:
             raise UsageError(f"--map {item!r}: write --map COLUMN=INPUT (or COLUMN= to drop it)")
         renames[column] = target
     return renames
+
+
+def _not_the_input(input_name: str, output: Path) -> None:
+    """Refuses an output that is the input file (output lines would be appended to the
+    dataset, and read back as rows)."""
+    with contextlib.suppress(OSError):
+        if input_name != "-" and os.path.samefile(input_name, output):
+            raise UsageError(f"--output {output} is the input file: choose another file")
 
 
 def _resumed(output: Path, resume: bool) -> DoneRows | None:

@@ -271,3 +271,17 @@ def test_an_input_that_is_not_utf8_is_a_clear_error(write, tmp_path, capsys) -> 
         assert code == 2
         assert f"error: {rows}: not UTF-8 text (invalid continuation byte at byte" in err
         assert "Traceback" not in err
+
+
+def test_the_input_as_its_own_output_is_refused_and_left_as_it_was(write, capsys) -> None:
+    # With --resume an output that holds lines is taken; the same file as the input had
+    # the result lines appended to the dataset.
+    agent = write("agent.yaml", AGENT)
+    rows = write("in.jsonl", '{"ticket": "one"}\n{"ticket": "two"}\n')
+    before = rows.read_bytes()
+    alias = rows.parent / "." / rows.name
+    code = main(_batch(agent, "tag", rows, alias, "--resume"))
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"error: --output {alias} is the input file: choose another file" in err
+    assert rows.read_bytes() == before
