@@ -8,12 +8,16 @@ from pathlib import Path
 
 from ..compile.paths import PROJECT_FILE, display_path
 from ..errors import ConfigError, Diagnostic
+from ..spec.textfile import MAX_TEXT_BYTES
 
 __all__ = ["agent_files"]
 
 #: An agent file holds ``methods:`` at its top level; tests files, prompt data and other
 #: YAML (a CI workflow, a compose file) do not.
-_AGENT_KEY = re.compile(rb"^methods[ \t]*:", re.MULTILINE)
+_AGENT_KEY = re.compile(rb"methods[ \t]*:")
+
+#: How much of a line is read at a time while looking for ``methods:``.
+_CHUNK = 64 * 1024
 
 #: Folders a linter walks past: hidden ones (.git, .venv) and other tools' caches.
 _SKIPPED = frozenset({"node_modules", "__pycache__", "venv"})
@@ -47,7 +51,20 @@ def agent_files(path: Path) -> list[Path]:
 
 
 def _is_agent_file(file: Path) -> bool:
+    """Whether ``file`` has ``methods:`` at the start of a line, read a line at a time (a
+    folder may hold large YAML data beside its agents) and only as far as a file is read
+    at all (``MAX_TEXT_BYTES``: compiling a larger one reports it)."""
     try:
-        return _AGENT_KEY.search(file.read_bytes()) is not None
+        with file.open("rb") as stream:
+            at_line_start, read = True, 0
+            while read <= MAX_TEXT_BYTES:
+                line = stream.readline(_CHUNK)
+                if not line:
+                    return False
+                if at_line_start and _AGENT_KEY.match(line):
+                    return True
+                at_line_start = line.endswith(b"\n")
+                read += len(line)
+            return False
     except OSError:
         return True  # compiling it reports why it cannot be read

@@ -171,3 +171,25 @@ def test_the_test_summary_counts_one_test_as_one(tmp_path: Path) -> None:
     progress, out = io.StringIO(), io.StringIO()
     asyncio.run(run_tests(program, program.tests[:1], model="test", stream=out, progress=progress))
     assert "(1 test in " in progress.getvalue()
+
+
+def test_check_on_a_folder_looks_for_methods_without_reading_a_large_file_whole(
+    tmp_path: Path,
+) -> None:
+    # A folder may hold large YAML data beside its agents: it is scanned line by line
+    # (it was read whole into memory to look for 'methods:').
+    import tracemalloc
+
+    from openprogram_yaml.runner.agent_files import agent_files
+
+    (tmp_path / "a.yaml").write_text(ONE_METHOD.format(name="a"))
+    row = b"- {id: 1, text: some data}\n"
+    (tmp_path / "data.yaml").write_bytes(row * (20 * 1024 * 1024 // len(row)))
+    tracemalloc.start()
+    try:
+        found = agent_files(tmp_path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert found == [tmp_path / "a.yaml"]
+    assert peak < 1024 * 1024
