@@ -376,33 +376,34 @@ class McpServer:
     async def call(
         self, remote: str, shown: str, arguments: Mapping[str, JSONValue]
     ) -> CallToolResult:
-        """The server's answer to a call of its tool ``remote`` (``shown``: its name here)."""
+        """The server's answer to a call of its tool ``remote`` (``shown``: its name here).
+        Its errors reach the model, so they name the entry only: the command line or URL
+        (``describe``) may hold a secret."""
         from mcp import MCPError
         from mcp.types import CONNECTION_CLOSED
 
+        who = f"MCP server {self.name!r}"
         connection = self._connection
         if connection is None or not connection.usable() or connection.client is None:
             lost = f": {connection.lost}" if connection is not None and connection.lost else ""
-            raise ToolError(
-                f"{self.describe()} is not running{lost}; it starts again on the next run"
-            )
+            raise ToolError(f"{who} is not running{lost}; it starts again on the next run")
         try:
             async with asyncio.timeout(self.timeout_s):
                 return await connection.client.call_tool(remote, dict(arguments))
         except TimeoutError:
             raise ToolError(
-                f"{self.describe()} did not answer tool {shown!r} within {self.timeout_s:g}s"
+                f"{who} did not answer tool {shown!r} within {self.timeout_s:g}s"
             ) from None
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 connection.lost = "it stopped (connection closed)"
                 raise ToolError(
-                    f"{self.describe()} stopped while running tool {shown!r} (connection "
+                    f"{who} stopped while running tool {shown!r} (connection "
                     "closed); it starts again on the next run"
                 ) from None
-            raise ToolError(f"{self.describe()} refused tool {shown!r}: {exc.message}") from None
+            raise ToolError(f"{who} refused tool {shown!r}: {exc.message}") from None
         except Exception as exc:  # transport failures (HTTP errors, a malformed answer)
-            raise ToolError(f"{self.describe()} failed on tool {shown!r}: {_reason(exc)}") from None
+            raise ToolError(f"{who} failed on tool {shown!r}: {_reason(exc)}") from None
 
     async def aclose(self) -> None:
         """Stop the server (a later ``tools()`` starts it again)."""

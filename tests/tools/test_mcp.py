@@ -129,6 +129,28 @@ def test_a_server_dying_mid_call_fails_that_call_naming_the_server_and_the_tool(
     assert again == "buy milk"
 
 
+def test_what_the_model_sees_of_a_failure_names_the_entry_not_its_command() -> None:
+    # The command line (or URL) may hold a ${env:...} secret: the model is sent the entry's
+    # name only (start failures, which the person reads redacted, show the command).
+    async def go() -> str:
+        server = McpServer(
+            "notes", command=[sys.executable, str(NOTES), "--key=s3cret-arg"], cwd=SERVERS
+        )
+        try:
+            tools = _by_name(await server.tools())
+            with pytest.raises(ToolError) as crashed:
+                await tools["notes__crash"].execute()
+            with pytest.raises(ToolError) as after:
+                await tools["notes__read_note"].execute(name="todo")
+            return str(crashed.value) + str(after.value)
+        finally:
+            await server.aclose()
+
+    seen = asyncio.run(go())
+    assert "MCP server 'notes'" in seen
+    assert "s3cret-arg" not in seen and str(NOTES) not in seen
+
+
 def test_a_slow_call_hits_its_timeout_and_the_server_keeps_answering() -> None:
     async def go() -> tuple[str, object]:
         server = _stdio_server(timeout_s=0.5)  # the server waits on an event that never comes
