@@ -39,7 +39,7 @@ from ..runtime.trace import SessionTrace, TraceNode, jsonable
 if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
-__all__ = ["OTelTelemetry"]
+__all__ = ["MAX_CONTENT_CHARS", "OTelTelemetry"]
 
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
@@ -69,6 +69,12 @@ OUTPUT_MESSAGES = "gen_ai.output.messages"
 ERROR_TYPE = "error.type"
 
 _TRACER_NAME = "openprogram_yaml"
+
+#: Each string of exported content (a prompt, a message, an input, a result) is cut to this
+#: many characters, saying how long it was: a file input (up to 20 MiB, as base64) would
+#: make a span larger than a collector takes (4 MiB a request by default), and the batch
+#: it is sent in, other runs' spans included, would be lost.
+MAX_CONTENT_CHARS = 16 * 1024
 
 
 class OTelTelemetry:
@@ -241,7 +247,7 @@ class _RunSpans:
         if self.telemetry.capture_content:
             out[TOOL_CALL_ARGUMENTS] = self._json(node.inputs)
             if node.status == "ok":
-                out[TOOL_CALL_RESULT] = _text(node.output)
+                out[TOOL_CALL_RESULT] = self._content(node.output)
         return out
 
     def _call(self, node: TraceNode) -> dict[str, AttributeValue]:
@@ -265,7 +271,28 @@ class _RunSpans:
     # --- redaction ----------------------------------------------------------------------------
 
     def _json(self, value: object) -> str:
-        return json.dumps(jsonable(value), ensure_ascii=False, default=repr)
+        return json.dumps(self._shortened(jsonable(value)), ensure_ascii=False)
+
+    def _content(self, value: object) -> str:
+        """A result as text (JSON unless it is a string), redacted and cut."""
+        return self._cut(value) if isinstance(value, str) else self._json(value)
+
+    def _shortened(self, value: JSONValue) -> JSONValue:
+        """``value`` with every string redacted, then cut (redacted first: a secret that
+        straddles the cut would otherwise leave its first part)."""
+        if isinstance(value, str):
+            return self._cut(value)
+        if isinstance(value, dict):
+            return {k: self._shortened(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._shortened(v) for v in value]
+        return value
+
+    def _cut(self, text: str) -> str:
+        text = self._clean(text)
+        if len(text) <= MAX_CONTENT_CHARS:
+            return text
+        return f"{text[:MAX_CONTENT_CHARS]}… ({len(text):,} characters)"
 
     def _clean(self, text: str) -> str:
         return redact(text, self.secrets) if self.secrets else text

@@ -157,6 +157,35 @@ def test_content_is_exported_when_asked_with_the_runs_secrets_redacted(
     assert json.loads(str(agent_span.attributes["openprogram.inputs"])) == {"ticket": "T-17 ***"}
 
 
+def test_long_content_is_cut_and_a_secret_at_the_cut_is_still_hidden(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file input (up to 20 MiB as base64) would make spans bigger than a collector takes
+    (4 MiB a request by default): the whole batch, other runs' spans with it, would be lost.
+    Each string of content is cut, saying how long it was; a secret that straddles the cut
+    is hidden all the same (redacted before cutting)."""
+    secret = "desk-token-5b7e91"
+    monkeypatch.setenv("DESK_TOKEN", secret)
+    path = write_desk(tmp_path)
+    limit = otel.MAX_CONTENT_CHARS
+    ticket = "a" * (limit - 5) + secret + "b" * 3 * limit
+    with spans_in_memory(capture_content=True) as exporter:
+        record = run(path, "ask", {"ticket": ticket})
+    assert record.status == "ok", record.error
+    spans = exporter.get_finished_spans()
+    exported = everything_exported(spans)
+    assert secret[:5] not in exported and "b" * limit not in exported
+    for span in spans:
+        for value in (span.attributes or {}).values():
+            assert len(str(value)) < 2 * limit
+    agent_span = named(spans, "invoke_agent desk")
+    assert agent_span.attributes is not None
+    shown = json.loads(str(agent_span.attributes["openprogram.inputs"]))["ticket"]
+    assert shown.startswith("a" * (limit - 5) + "***") and shown.endswith(
+        f"… ({len(ticket) - len(secret) + 3:,} characters)"
+    )
+
+
 def test_against_a_chat_server_the_spans_carry_its_usage_model_and_reply_id(
     tmp_path: Path,
 ) -> None:
