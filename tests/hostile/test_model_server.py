@@ -41,13 +41,21 @@ from openprogram_yaml.runtime.trace import SessionTrace
 
 
 class SilentServer:
-    """Accepts TCP connections on 127.0.0.1 and never answers (nor closes them)."""
+    """Accepts TCP connections on 127.0.0.1 and never answers (nor closes them).
+
+    Leaving stops the accept thread before the listening socket is closed. Closed under a
+    thread blocked in ``accept()``, the socket stayed open inside that call, and a signal
+    (a child process ending) made the kernel restart the call on the descriptor's number,
+    which a later test's ``LoopbackServer`` owned by then: the thread took that server's
+    next connection and dropped it (a client saw EOF before writing its request body).
+    """
 
     def __init__(self) -> None:
         self._socket = socket.socket()
         self._socket.bind(("127.0.0.1", 0))
         self._socket.listen(16)
         self._held: list[socket.socket] = []
+        self._stopping = False
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
     @property
@@ -56,17 +64,20 @@ class SilentServer:
 
     def _accept(self) -> None:
         while True:
-            try:
-                connection, _ = self._socket.accept()
-            except OSError:
-                return
+            connection, _ = self._socket.accept()
             self._held.append(connection)
+            if self._stopping:
+                return
 
     def __enter__(self) -> SilentServer:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # One more connection wakes the thread's accept(); it then sees it is to stop.
+        self._stopping = True
+        socket.create_connection(self._socket.getsockname()).close()
+        self._thread.join()
         self._socket.close()
         for connection in self._held:
             connection.close()
@@ -117,6 +128,13 @@ def test_a_silent_server_fails_the_attempt_after_the_read_timeout() -> None:
     assert error.reason == "timeout"
     assert error.attempts == 2
     assert "the server sent nothing for 0.2 s (read timeout)" in str(error)
+
+
+def test_a_silent_server_leaves_no_thread_accepting_on_its_closed_socket() -> None:
+    with SilentServer() as silent:
+        socket.create_connection(silent._socket.getsockname()).close()
+    # Left running, the thread could accept on whatever socket next gets that descriptor.
+    assert not silent._thread.is_alive()
 
 
 def test_the_read_timeout_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
