@@ -439,8 +439,10 @@ async def _retire(connection: _Connection) -> None:
             if not connection.loop.is_closed():
                 connection.loop.call_soon_threadsafe(connection.stop.set)
             return
-        done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
-        if not done:
+        done: set[asyncio.Task[None]] = set()
+        if connection.client is not None:  # connected: it stops by leaving the client
+            done, _ = await asyncio.wait({task}, timeout=STOP_WAIT_S)
+        if not done:  # still starting (a start that failed or timed out), or stuck
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task

@@ -5,6 +5,7 @@ over streamable HTTP on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import queue
 import signal
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -26,7 +28,7 @@ from openprogram_yaml.run.execute import execute_run
 from openprogram_yaml.run.record import RunRecord
 from openprogram_yaml.run.version import VersionStamp
 from openprogram_yaml.runtime.content import ToolContent
-from openprogram_yaml.tools.mcp import McpServer, McpTool
+from openprogram_yaml.tools.mcp import STOP_WAIT_S, McpServer, McpTool
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 NOTES = SERVERS / "notes_server.py"
@@ -192,6 +194,32 @@ def test_a_server_that_cannot_start_says_so_with_its_stderr(tmp_path: Path) -> N
     assert message.startswith("MCP server 'db'") and "failed to start" in message
     assert "closed the connection before answering (did it exit?)" in message
     assert "cannot open the database" in message
+
+
+def test_a_server_that_does_not_answer_in_time_is_stopped_without_waiting_for_it() -> None:
+    # It never answers the handshake: the start fails after start_timeout_s and the
+    # process is stopped at once (it waited STOP_WAIT_S for a connection that never was).
+    marker = "mcp-test-hung-server"
+    hung = f"import time; time.sleep(600)  # {marker}"
+    server = McpServer("hung", command=[sys.executable, "-c", hung], start_timeout_s=0.5)
+    started = time.monotonic()
+    with pytest.raises(ToolError) as failed:
+        asyncio.run(server.tools())
+    took = time.monotonic() - started
+    assert "did not start within 0.5s" in str(failed.value)
+    assert took < STOP_WAIT_S, took
+    assert _running(marker) == []
+
+
+def _running(marker: str) -> list[int]:
+    """The processes alive (not zombies) whose command line holds ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker.encode() in (entry / "cmdline").read_bytes() and _alive(int(entry.name)):
+                    found.append(int(entry.name))
+    return found
 
 
 def test_env_values_reach_the_server_and_only_safe_variables_besides(
