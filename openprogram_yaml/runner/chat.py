@@ -257,6 +257,7 @@ class _Chat:
 
     async def _answer(self, service: RunService, line: str) -> None:
         from .display import RunDisplay
+        from .terminal_asker import shown_on_terminal
 
         program, _ = self.holder.snapshot()
         try:
@@ -290,8 +291,9 @@ class _Chat:
             self.turn = None
         shown = display.finish(record.output if record.status == "ok" else None)
         if self.store.end_turn(self.session, line, record):
-            if not shown:
-                sys.stdout.write(redact(turn_text(record.output), record.secrets) + "\n")
+            if not shown:  # a structured answer: shown, never obeyed, as a streamed one is
+                text = redact(turn_text(record.output), record.secrets)
+                sys.stdout.write(shown_on_terminal(text) + "\n")
                 sys.stdout.flush()
         elif record.status == "interrupted":
             _say("(cancelled; the session is as it was)")

@@ -409,3 +409,38 @@ def test_sessions_of_a_path_that_does_not_exist_is_a_clear_error(
     assert main(["sessions", "-p", str(missing)]) == 2
     err = capsys.readouterr().err
     assert f"error: {missing}: no such file or folder" in err
+
+
+MOOD_AGENT = """\
+version: 1
+name: pal
+model: local:llama3
+retry: {max_retries: 1}
+runtimes:
+  - {match: "local:*", runtime: openai, options: {base_url: "%s", api_key_env: PAL_KEY}}
+methods:
+  mood:
+    inputs: {message: {type: string}}
+    prompt: "{{ message }}"
+    response_schema:
+      name: mood
+      schema:
+        type: object
+        additionalProperties: false
+        required: [mood]
+        properties: {mood: {type: string}}
+"""
+
+
+def test_a_structured_answer_shows_control_characters_as_text(tmp_path: Path) -> None:
+    # JSON escapes C0 controls, not C1 ones: U+009B is a CSI to some terminals.
+    with LoopbackServer() as server:
+        server.add(_answer('{"mood": "a\\u009b31mb"}'))
+        (tmp_path / "pal.yaml").write_text(MOOD_AGENT % (server.url + "/v1"))
+        with _chat(["pal.yaml", "mood"], tmp_path) as term:
+            term.wait_for(PROMPT)
+            term.type("how are you?\r")
+            shown = term.wait_for(PROMPT)
+            assert term.close() == 0
+    assert "\x9b" not in shown
+    assert '{"mood": "a\\x9b31mb"}' in shown
