@@ -14,11 +14,20 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
-__all__ = ["REDACTED", "StreamRedactor", "env_secrets", "redact", "secrets_in_options"]
+__all__ = [
+    "REDACTED",
+    "StreamRedactor",
+    "env_secrets",
+    "redact",
+    "redact_json",
+    "secrets_in_options",
+]
 
 REDACTED = "***"
+
+_Data = TypeVar("_Data")
 
 #: Shorter values are not treated as secrets: replacing them would mangle ordinary text.
 MIN_SECRET_LEN = 4
@@ -29,6 +38,18 @@ _SECRET_NAME_PARTS = frozenset(
 #: A variable picked by its name alone must hold a longer value: short ones are too likely
 #: to occur in ordinary text to be replaced everywhere.
 _MIN_ENV_SECRET = 8
+
+
+def redact_json(value: _Data, secrets: Iterable[str | None]) -> _Data:
+    """``value`` (JSON data) with every string in it redacted, keys kept."""
+    secrets = tuple(secrets)
+    if isinstance(value, str):
+        return cast(_Data, redact(value, secrets))
+    if isinstance(value, dict):
+        return cast(_Data, {key: redact_json(item, secrets) for key, item in value.items()})
+    if isinstance(value, list):
+        return cast(_Data, [redact_json(item, secrets) for item in value])
+    return value
 
 
 def redact(text: str, secrets: Iterable[str | None]) -> str:

@@ -43,7 +43,7 @@ from openprogram_yaml.providers.http_client import (
     Timeouts,
     make_client,
 )
-from openprogram_yaml.redaction import redact
+from openprogram_yaml.redaction import redact, redact_json
 from openprogram_yaml.safe_urls import UnsafeURL, build_url, check_template, parse_hosts
 from openprogram_yaml.tools.base import ConfiguredTool, TextTemplate, ToolBuildError, cap_text
 
@@ -108,7 +108,7 @@ def _render_body(body: BodyTemplate, variables: Mapping[str, object]) -> object:
     return template.render(variables)
 
 
-def _secrets(headers: Mapping[str, str]) -> list[str]:
+def header_secrets(headers: Mapping[str, str]) -> list[str]:
     """Header values to blank out, longest first (a value and its credential part)."""
     found: set[str] = set()
     for name, value in headers.items():
@@ -118,16 +118,6 @@ def _secrets(headers: Mapping[str, str]) -> list[str]:
         # "Bearer <token>": the token alone may be echoed back too.
         found.update(part for part in value.split() if len(part) >= 6)
     return sorted(found, key=len, reverse=True)
-
-
-def _redact_value(value: JSONValue, secrets: Sequence[str]) -> JSONValue:
-    if isinstance(value, str):
-        return redact(value, secrets)
-    if isinstance(value, dict):
-        return {key: _redact_value(item, secrets) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_redact_value(item, secrets) for item in value]
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +232,7 @@ class HttpTool(ConfiguredTool):
     async def _run(self, arguments: JSONObject) -> JSONValue:
         variables = self.template_variables(arguments)
         headers = self._rendered_headers(variables)
-        secrets = _secrets(headers)
+        secrets = header_secrets(headers)
         request = self._render(variables, secrets)
         where = f"{self.method} {_public_url(request.url)}"
         try:
@@ -269,11 +259,11 @@ class HttpTool(ConfiguredTool):
             return f"(empty response, HTTP {status})"
         if _is_json(content_type):
             try:
-                parsed = json.loads(text)
+                parsed: JSONValue = json.loads(text)
             except ValueError:
                 pass
             else:
-                return _redact_value(parsed, secrets)
+                return redact_json(parsed, secrets)
         return redact(text, secrets)
 
     async def _send(

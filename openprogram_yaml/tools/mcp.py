@@ -43,9 +43,10 @@ from typing import TYPE_CHECKING, TextIO, cast
 
 from openprogram_yaml.errors import Diagnostic, ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
-from openprogram_yaml.redaction import redact
+from openprogram_yaml.redaction import redact, redact_json
 from openprogram_yaml.runtime.content import ToolContent, media_block
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
+from openprogram_yaml.tools.http import header_secrets
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -141,7 +142,15 @@ class McpTool(ConfiguredTool):
 
     async def _run(self, arguments: JSONObject) -> object:
         result = await self.server.call(self.remote_name, self.name, arguments)
-        return _result_value(result, self.name)
+        try:
+            value = _result_value(result, self.name)
+        except ToolError as exc:
+            raise ToolError(redact(str(exc), self.server.secrets)) from None
+        # What a server echoes of its own credentials (env values, header tokens) never
+        # reaches the model, as for http tools.
+        if isinstance(value, ToolContent):
+            return ToolContent(tuple(redact_json(b, self.server.secrets) for b in value.blocks))
+        return redact_json(value, self.server.secrets)
 
 
 @dataclass(eq=False)
@@ -188,6 +197,9 @@ class McpServer:
         self.url = url
         self.headers = dict(headers or {})
         self.env = dict(env or {})
+        #: What its results and errors are cleaned of: every env value it is given and
+        #: its headers' credentials.
+        self.secrets = (*header_secrets(self.headers), *self.env.values())
         self.cwd = cwd
         self.timeout_s = DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s
         if self.timeout_s <= 0:

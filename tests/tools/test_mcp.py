@@ -236,7 +236,9 @@ def test_env_values_reach_the_server_and_only_safe_variables_besides(
     # The runner's own variables stay behind: the server sees only what its entry gives.
     monkeypatch.setenv("NOTES_TOKEN", "the-runners-own")
     assert asyncio.run(go(None)) == "(unset)"
-    assert asyncio.run(go({"NOTES_TOKEN": "s3cret-token"})) == "s3cret-token"
+    # The value arrives (its length comes back), but what the server echoes of it never
+    # reaches the model, as for an http tool's credentials.
+    assert asyncio.run(go({"NOTES_TOKEN": "s3cret-token"})) == "*** (12 characters)"
 
 
 # --- streamable HTTP ------------------------------------------------------------------------

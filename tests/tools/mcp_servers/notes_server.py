@@ -84,8 +84,10 @@ def whoami() -> int:
 
 @server.tool()
 def secret() -> str:
-    """The NOTES_TOKEN this server was started with."""
-    return os.environ.get("NOTES_TOKEN", "(unset)")
+    """The NOTES_TOKEN this server was started with, echoed (as a careless server would), and
+    its length (which shows the value arrived when the echo is blanked out)."""
+    token = os.environ.get("NOTES_TOKEN")
+    return f"{token} ({len(token)} characters)" if token else "(unset)"
 
 
 def _serve_http(port: int) -> None:
