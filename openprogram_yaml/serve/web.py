@@ -6,7 +6,10 @@ API (``runs.py``).
 - ``GET /api/methods/{agent}/{method}`` what the page builds a method's form from: its full
   inputs schema (properties and required), model, response format and choices;
 - ``POST /api/render/{agent}/{method}`` with the inputs as JSON: exactly what the method
-  would send (messages, tools, response format, options) without calling the model.
+  would send (messages, tools, response format, options) without calling the model;
+- ``GET /api/sessions[?agent=A&method=M]`` the chat sessions (``run.sessions``): name, agent,
+  method, message count, when last used; ``GET /api/sessions/{name}`` one with its messages.
+  A run is a session's turn with ``POST /run/A/M?session=NAME`` (``runs.py``).
 
 The page shows everything the server sends as text, never as HTML (model output and tool
 results are untrusted), and a Content-Security-Policy allows only the page's own scripts.
@@ -19,10 +22,12 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..json_types import JSONObject
+from ..errors import UsageError
+from ..json_types import JSONObject, JSONValue
 from ..redaction import redact
 from ..run.render import render_method
-from .app import ServeState, error_reply
+from ..run.sessions import SessionInfo, check_name
+from .app import Refused, ServeState, error_reply
 from .served_run import method_at, read_inputs
 
 __all__ = ["STATIC_DIR", "routes"]
@@ -58,6 +63,8 @@ def routes(state: ServeState) -> list[web.RouteDef]:
         web.get("/static/{name}", page.static),
         web.get("/api/methods/{agent}/{method}", page.method_info),
         web.post("/api/render/{agent}/{method}", page.render),
+        web.get("/api/sessions", page.sessions),
+        web.get("/api/sessions/{name}", page.session),
     ]
 
 
@@ -121,6 +128,53 @@ class _WebPage:
                 body["problems"] = [str(p) for p in problems]
             return _json(body, secrets, status=status)
         return _json({"request": rendered.request}, secrets)
+
+    async def sessions(self, request: web.Request) -> web.Response:
+        agent, method = request.query.get("agent"), request.query.get("method")
+        try:
+            found = self.state.sessions.sessions()
+        except UsageError as exc:  # a store that cannot be opened or read
+            raise Refused(500, str(exc)) from None
+        listed: list[JSONValue] = [
+            _session_json(info)
+            for info in found
+            if agent in (None, info.agent) and method in (None, info.method)
+        ]
+        return _json({"sessions": listed}, self.state.secrets())
+
+    async def session(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        try:
+            info = self.state.sessions.get(check_name(name))
+            if info is None:
+                raise Refused(404, f"no session '{name}'; GET /api/sessions lists them")
+            messages = self.state.sessions.messages(name)
+        except UsageError as exc:  # a bad name; a store that cannot be read
+            raise Refused(400, str(exc)) from None
+        body: JSONObject = {
+            "session": _session_json(info),
+            # Stored redacted; redacted again with today's secrets as every reply is.
+            "messages": [
+                {
+                    "role": m.role,
+                    "content": m.content,
+                    "created_at": m.created_at,
+                    "run_id": m.run_id,
+                }
+                for m in messages
+            ],
+        }
+        return _json(body, self.state.secrets())
+
+
+def _session_json(info: SessionInfo) -> JSONObject:
+    return {
+        "name": info.name,
+        "agent": info.agent,
+        "method": info.method,
+        "messages": info.messages,
+        "updated_at": info.updated_at,
+    }
 
 
 def _json(body: JSONObject, secrets: frozenset[str], *, status: int = 200) -> web.Response:

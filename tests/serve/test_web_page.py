@@ -269,6 +269,39 @@ def test_the_page_and_its_files_are_served_with_a_strict_policy(served: Served) 
         assert httpx.get(f"{served.url}/static/{name}").status_code == 404
 
 
+def test_the_sessions_api_lists_sessions_and_shows_one_with_secrets_hidden(
+    served: Served,
+) -> None:
+    assert httpx.get(f"{served.url}/api/sessions").json() == {"sessions": []}
+    for name in ("Ada", SECRET):
+        ran = httpx.post(f"{served.url}/run/greeter/greet?session=s1", json={"name": name})
+        assert ran.status_code == 200, ran.text
+    httpx.post(f"{served.url}/run/greeter/label?session=s2", json={"text": "hi"})
+
+    listed = httpx.get(f"{served.url}/api/sessions").json()["sessions"]
+    assert {s["name"]: (s["method"], s["messages"]) for s in listed} == {
+        "s1": ("greet", 4),
+        "s2": ("label", 2),
+    }
+    assert set(listed[0]) == {"name", "agent", "method", "messages", "updated_at"}
+    only = httpx.get(f"{served.url}/api/sessions", params={"agent": "greeter", "method": "label"})
+    assert [s["name"] for s in only.json()["sessions"]] == ["s2"]
+
+    reply = httpx.get(f"{served.url}/api/sessions/s1")
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["session"]["messages"] == 4
+    assert [m["role"] for m in body["messages"]] == ["user", "assistant"] * 2
+    assert "Ada" in body["messages"][0]["content"]
+    assert "***" in body["messages"][2]["content"]
+    assert SECRET not in reply.text
+
+    missing = httpx.get(f"{served.url}/api/sessions/nope")
+    assert missing.status_code == 404
+    assert missing.json() == {"error": "no session 'nope'; GET /api/sessions lists them"}
+    assert httpx.get(f"{served.url}/api/sessions/a%20b").status_code == 400
+
+
 # --- the page, in a browser -------------------------------------------------------------
 
 
@@ -392,6 +425,33 @@ def test_a_pick_is_shown_in_the_run_and_in_its_trace(page: Page) -> None:
     expect(result.locator(".output")).to_have_text("finished")
     result.get_by_role("button", name="Trace").click()
     expect(page.locator("#trace .span.exec .event.pick")).to_have_text("picked finish")
+
+
+def test_two_runs_in_one_session_from_the_page_are_one_conversation(
+    page: Page, served: Served, tmp_path: Path
+) -> None:
+    _open_method(page, "greeter.greet")
+    page.get_by_label("Session").fill("talk")
+    for name in ("Ada", "<b>Grace</b>"):
+        page.get_by_label("name").fill(name)
+        page.get_by_role("button", name="Run", exact=True).click()
+        expect(page.locator("#result .badge")).to_have_text("ok", timeout=WAIT_MS)
+        expect(page.locator("#result .output")).to_contain_text(name)
+    # The session is listed, and offered beside Run for this method.
+    link = page.locator('#sessions [data-session="talk"]')
+    expect(link).to_contain_text("greeter.greet · 4 messages", timeout=WAIT_MS)
+    expect(page.locator("#session-names option")).to_have_attribute("value", "talk")
+
+    link.click()
+    view = page.locator("#session-view")
+    expect(view.locator("h2")).to_have_text("Session talk")
+    expect(view.locator(".message .role")).to_have_text(["user", "assistant"] * 2)
+    texts = view.locator(".message pre")
+    expect(texts.nth(0)).to_contain_text("Ada")
+    expect(texts.nth(2)).to_contain_text("<b>Grace</b>")  # shown as text, not markup
+    expect(texts.nth(3)).to_contain_text("test reply to:")
+    assert view.locator("b").count() == 0
+    page.screenshot(path=tmp_path / "session.png", full_page=True)
 
 
 def test_model_output_that_looks_like_html_is_shown_as_text_and_never_runs(

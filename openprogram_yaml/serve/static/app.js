@@ -1,10 +1,11 @@
 // The page: agents and their methods, a form per method, Render and Run, run history and
-// traces, pending questions, the serving version and live reload notices.
+// traces, chat sessions, pending questions, the serving version and live reload notices.
 
 import { api, stream } from "./api.js";
 import { el, fill } from "./dom.js";
 import { buildForm } from "./form.js";
 import { showRender, showRun } from "./run.js";
+import { offerSessions, showSession, showSessions } from "./sessions.js";
 import { showHistory, showTrace } from "./trace.js";
 
 const $ = (id) => document.getElementById(id);
@@ -153,7 +154,10 @@ async function openMethod(agent, method, { keepResult = false } = {}) {
   if (!keepResult) {
     $("result").hidden = true;
     $("trace").hidden = true;
+    $("session-view").hidden = true;
+    $("session").value = "";
   }
+  offerSessions($("session-names"), agent, method);
 }
 
 // The values typed so far survive a reload of the agent (same field names).
@@ -203,24 +207,41 @@ $("run").addEventListener("click", async () => {
   const inputs = readInputs();
   if (inputs === null) return;
   $("trace").hidden = true;
+  $("session-view").hidden = true;
+  const session = $("session").value.trim();
   runsInFlight += 1;
   pollQuestions();
   try {
-    await showRun($("result"), view.agent, view.method, inputs, openTrace);
+    await showRun($("result"), view.agent, view.method, inputs, openTrace, session);
   } finally {
     runsInFlight -= 1;
     loadQuestions();
     showHistory($("runs"), openTrace);
+    if (session) {
+      showSessions($("sessions"), openSession);
+      offerSessions($("session-names"), view.agent, view.method);
+    }
   }
 });
 
 function openTrace(id) {
   $("welcome").hidden = true;
   $("result").hidden = true;
+  $("session-view").hidden = true;
   showTrace($("trace"), id, openTrace).then(() => $("trace").scrollIntoView({ block: "start" }));
 }
 
-$("refresh-runs").addEventListener("click", () => showHistory($("runs"), openTrace));
+function openSession(name) {
+  $("welcome").hidden = true;
+  $("result").hidden = true;
+  $("trace").hidden = true;
+  showSession($("session-view"), name).then(() => $("session-view").scrollIntoView({ block: "start" }));
+}
+
+$("refresh-runs").addEventListener("click", () => {
+  showHistory($("runs"), openTrace);
+  showSessions($("sessions"), openSession);
+});
 
 // --- questions the running agents ask -------------------------------------------------
 
@@ -305,6 +326,7 @@ function questionCard(q) {
 loadVersion();
 refreshAgents();
 showHistory($("runs"), openTrace);
+showSessions($("sessions"), openSession);
 loadQuestions();
 setInterval(() => runsInFlight === 0 && loadQuestions(), 5000);
 listen();

@@ -63,8 +63,9 @@ function errorView(message, problems) {
 /**
  * Run the method, showing its events as they come; resolves with the final record (or
  * null when the run could not start). ``openTrace(id)`` is offered for the finished run.
+ * With ``session`` the run is that chat session's next turn (``?session=NAME``).
  */
-export async function showRun(box, agent, method, inputs, openTrace) {
+export async function showRun(box, agent, method, inputs, openTrace, session = "") {
   const status = el("span", { class: "badge running", text: "running" });
   const events = el("ol", { class: "events", "aria-label": "events" });
   const answer = el("pre", { class: "answer", "aria-label": "answer" });
@@ -125,7 +126,8 @@ export async function showRun(box, agent, method, inputs, openTrace) {
     }
   };
   try {
-    await stream(path("run", agent, method), onEvent, { method: "POST", body: inputs });
+    const query = session ? `?session=${encodeURIComponent(session)}` : "";
+    await stream(path("run", agent, method) + query, onEvent, { method: "POST", body: inputs });
   } catch (err) {
     status.className = "badge failed";
     status.textContent = `${err.status ?? "error"}`;
