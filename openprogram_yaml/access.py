@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import os
 
-__all__ = ["TOKEN_ENV", "is_loopback", "token_matches", "token_problem"]
+__all__ = ["TOKEN_ENV", "is_loopback", "server_token", "token_matches", "token_problem"]
 
 #: The environment variable that may hold the token instead of ``--token``.
 TOKEN_ENV = "OPENPROGRAM_SERVE_TOKEN"
@@ -48,3 +49,10 @@ def token_problem(host: str, token: str | None) -> str | None:
             "TOKEN'), or leave --host at 127.0.0.1"
         )
     return None
+
+
+def server_token(host: str, given: str | None) -> tuple[str | None, str | None]:
+    """The token a server on ``host`` requires (``given``, else ``$OPENPROGRAM_SERVE_TOKEN``;
+    None: none) and why it must not start (None: it may)."""
+    token = given if given is not None else os.environ.get(TOKEN_ENV) or None
+    return token, token_problem(host, token)

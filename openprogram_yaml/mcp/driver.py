@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from ..access import TOKEN_ENV, token_problem
+from ..access import server_token
 from ..errors import ConfigError
 from ..redaction import redact
 from ..run.record import RecordLog
@@ -64,9 +63,7 @@ async def serve_repository(
     """The exit status: 0 after a clean end, 2 for bad config or flags. ``token`` None reads
     ``OPENPROGRAM_SERVE_TOKEN`` (``--http`` only)."""
     if http:
-        if token is None:
-            token = os.environ.get(TOKEN_ENV) or None
-        problem = token_problem(host, token)
+        token, problem = server_token(host, token)
         if problem is not None:
             _say(problem)
             return 2

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..access import TOKEN_ENV, token_problem
+from ..access import server_token
 from ..errors import ConfigError
 from ..run.questions import PendingQuestions
 from ..run.record import RecordLog
@@ -92,9 +91,7 @@ async def serve_path(
     """``openprogram-run serve``: the exit status (0 after a clean shutdown, 2 bad config or
     flags). Runs ask their questions over HTTP (``/questions``); ``approve_all`` is ``--yes``.
     ``token`` None reads ``OPENPROGRAM_SERVE_TOKEN``."""
-    if token is None:
-        token = os.environ.get(TOKEN_ENV) or None
-    problem = token_problem(host, token)
+    token, problem = server_token(host, token)
     if problem is not None:
         _say(problem)
         return 2
