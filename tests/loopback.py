@@ -30,12 +30,13 @@ import json
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 __all__ = [
+    "Gated",
     "LoopbackServer",
     "Reply",
     "Request",
@@ -105,6 +106,23 @@ def sse_reply(events: Iterable[str], *, abort: bool = False, status: int = 200) 
     return Reply(
         status, b"", {"content-type": "text/event-stream"}, events=list(events), abort=abort
     )
+
+
+class Gated(list[str]):
+    """SSE events of which the first ``head`` are sent at once, the rest once ``gate`` is
+    set: the test acts (sees the first piece, types) while the reply is still open. Use as
+    ``Reply(..., events=Gated(events, 1, gate))``."""
+
+    def __init__(self, events: list[str], head: int, gate: threading.Event) -> None:
+        super().__init__(events)
+        self.head = head
+        self.gate = gate
+
+    def __iter__(self) -> Iterator[str]:
+        events = list(super().__iter__())
+        yield from events[: self.head]
+        assert self.gate.wait(60), "the test never opened the gate"
+        yield from events[self.head :]
 
 
 def openai_sse(chunks: Iterable[Mapping[str, Any]], *, done: bool = True) -> list[str]:

@@ -2,7 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import select
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+
+
+def read_until(fd: int, wanted: bytes, seen: bytearray, limit_s: float = 30.0) -> bytes:
+    """What a terminal (the controller side of a pty) showed up to and including ``wanted``;
+    what came after stays in ``seen`` for the next call. A bounded wait, no sleep."""
+    end = time.monotonic() + limit_s
+    while wanted not in seen:
+        left = end - time.monotonic()
+        assert left > 0, f"no {wanted!r} on the terminal: {bytes(seen)!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # the child closed the terminal
+                chunk = b""
+            assert chunk, f"the terminal closed before {wanted!r}: {bytes(seen)!r}"
+            seen += chunk
+    head, _, rest = bytes(seen).partition(wanted)
+    seen[:] = rest
+    return head + wanted

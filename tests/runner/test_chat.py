@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from loopback import LoopbackServer, Reply, openai_sse, sse_reply
+from loopback import Gated, LoopbackServer, Reply, openai_sse, sse_reply
 
 from openprogram_yaml.runner.cli import main
 
@@ -68,22 +68,6 @@ def _done() -> dict[str, object]:
 
 def _answer(*pieces: str) -> Reply:
     return sse_reply(openai_sse([*map(_chunk, pieces), _done()]))
-
-
-class _Gated(list[str]):
-    """SSE events of which the first ``head`` are sent at once, the rest once ``gate`` is
-    set: the answer is still coming while the test acts."""
-
-    def __init__(self, events: list[str], head: int, gate: threading.Event) -> None:
-        super().__init__(events)
-        self.head = head
-        self.gate = gate
-
-    def __iter__(self) -> Iterator[str]:
-        events = list(super().__iter__())
-        yield from events[: self.head]
-        self.gate.wait(60)
-        yield from events[self.head :]
 
 
 class _Terminal:
@@ -224,7 +208,7 @@ def test_ctrl_c_cancels_the_answer_and_the_run_is_recorded_as_interrupted(
     with LoopbackServer() as server:
         (tmp_path / "pal.yaml").write_text(AGENT % (server.url + "/v1"))
         reply = sse_reply([])
-        server.add(Reply(reply.status, b"", reply.headers, events=_Gated(events, 1, gate)))
+        server.add(Reply(reply.status, b"", reply.headers, events=Gated(events, 1, gate)))
         server.add(_answer("Short."))
         try:
             with _chat(["pal.yaml", "--session", "s", "--records", "runs.jsonl"], tmp_path) as term:

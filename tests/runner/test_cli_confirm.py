@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from support import read_until
 
 from openprogram_yaml.runner.cli import main
 
@@ -56,25 +55,6 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def _read_until(fd: int, wanted: bytes, seen: bytearray, limit_s: float = 30.0) -> bytes:
-    """What the terminal showed up to and including ``wanted``; a bounded wait, no sleep."""
-    end = time.monotonic() + limit_s
-    while wanted not in seen:
-        left = end - time.monotonic()
-        assert left > 0, f"waited for {wanted!r}; the terminal showed {bytes(seen)!r}"
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:  # the child closed the terminal
-                chunk = b""
-            assert chunk, f"the terminal closed before {wanted!r}: {bytes(seen)!r}"
-            seen += chunk
-    head, _, rest = bytes(seen).partition(wanted)
-    seen[:] = rest
-    return head + wanted
-
-
 def test_a_terminal_session_approves_one_confirmed_tool_and_declines_another(
     project: Path,
 ) -> None:
@@ -92,7 +72,7 @@ def test_a_terminal_session_approves_one_confirmed_tool_and_declines_another(
     asked = []
     try:
         for _ in range(2):
-            prompt = _read_until(controller, b"[y/N] ", seen).decode()
+            prompt = read_until(controller, b"[y/N] ", seen).decode()
             asked.append(prompt.strip().splitlines()[-1])
             os.write(controller, b"y\n" if "Archive" in prompt else b"n\n")
         _, err = proc.communicate(timeout=60)
@@ -204,7 +184,7 @@ def test_a_question_holding_a_secret_is_shown_redacted_on_the_terminal(project: 
     shown = b""
     try:
         for _ in range(2):
-            shown += _read_until(controller, b"[y/N] ", seen)
+            shown += read_until(controller, b"[y/N] ", seen)
             os.write(controller, b"n\n")
         _, err = proc.communicate(timeout=60)
     finally:

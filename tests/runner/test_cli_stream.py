@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from loopback import (
+    Gated,
     LoopbackServer,
     Reply,
     chat_completion,
@@ -25,6 +23,7 @@ from loopback import (
     sse_reply,
     status_reply,
 )
+from support import read_until
 
 from openprogram_yaml.runner.cli import main
 
@@ -59,41 +58,6 @@ def _chunk(text: str) -> dict[str, object]:
 
 def _done() -> dict[str, object]:
     return {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-
-
-class _Gated(list[str]):
-    """SSE events of which the first ``head`` are sent at once, the rest once ``gate`` is
-    set: the test sees the first piece on the terminal while the reply is still open."""
-
-    def __init__(self, events: list[str], head: int, gate: threading.Event) -> None:
-        super().__init__(events)
-        self.head = head
-        self.gate = gate
-
-    def __iter__(self) -> Iterator[str]:
-        events = list(super().__iter__())
-        yield from events[: self.head]
-        assert self.gate.wait(30), "the test never saw the first piece"
-        yield from events[self.head :]
-
-
-def _read_until(fd: int, wanted: bytes, seen: bytearray, limit_s: float = 30.0) -> bytes:
-    """What the terminal showed up to and including ``wanted``; a bounded wait, no sleep."""
-    end = time.monotonic() + limit_s
-    while wanted not in seen:
-        left = end - time.monotonic()
-        assert left > 0, f"no {wanted!r} on the terminal: {bytes(seen)!r}"
-        ready, _, _ = select.select([fd], [], [], left)
-        if ready:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:  # the child closed the terminal
-                chunk = b""
-            assert chunk, f"the terminal closed before {wanted!r}: {bytes(seen)!r}"
-            seen += chunk
-    head, _, rest = bytes(seen).partition(wanted)
-    seen[:] = rest
-    return head + wanted
 
 
 def _read_rest(fd: int) -> bytes:
@@ -143,13 +107,13 @@ def test_a_text_answer_shows_on_the_terminal_as_it_streams(tmp_path: Path) -> No
     events = openai_sse([_chunk("Hello, "), _chunk("Ada"), _chunk("!"), _done()])
     with LoopbackServer() as server:
         reply = sse_reply([])
-        server.add(Reply(reply.status, b"", reply.headers, events=_Gated(events, 1, gate)))
+        server.add(Reply(reply.status, b"", reply.headers, events=Gated(events, 1, gate)))
         (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
         proc, controller = _on_a_terminal(["agent.yaml", "greet", "-i", "who=Ada"], tmp_path)
         seen = bytearray()
         try:
             # The first piece is on the terminal while the server still holds the rest.
-            _read_until(controller, b"Hello, ", seen)
+            read_until(controller, b"Hello, ", seen)
             gate.set()
             _, err = proc.communicate(timeout=60)
             rest = bytes(seen) + _read_rest(controller)
@@ -273,7 +237,7 @@ def test_a_spinner_shows_while_the_model_is_quiet_and_is_gone_once_it_answers(
     events = openai_sse([_chunk("Hello, Ada!"), _done()])
     with LoopbackServer() as server:
         reply = sse_reply([])
-        server.add(Reply(reply.status, b"", reply.headers, events=_Gated(events, 0, gate)))
+        server.add(Reply(reply.status, b"", reply.headers, events=Gated(events, 0, gate)))
         (tmp_path / "agent.yaml").write_text(AGENT % (server.url + "/v1"))
         controller, terminal = os.openpty()
         proc = subprocess.Popen(
@@ -287,9 +251,9 @@ def test_a_spinner_shows_while_the_model_is_quiet_and_is_gone_once_it_answers(
         os.close(terminal)
         seen = bytearray()
         try:
-            _read_until(controller, b"writer.greet", seen)  # the spinner's title
+            read_until(controller, b"writer.greet", seen)  # the spinner's title
             gate.set()
-            _read_until(controller, b"Hello, Ada!", seen)
+            read_until(controller, b"Hello, Ada!", seen)
             assert proc.wait(timeout=60) == 0
         finally:
             gate.set()
