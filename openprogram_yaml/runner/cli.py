@@ -555,8 +555,24 @@ def _cmd_sessions(argv: Sequence[str]) -> int:
     return sessions_command(argv)
 
 
-def _cmd_serve(argv: Sequence[str]) -> int:
+def _add_serving_options(p: argparse.ArgumentParser, grace_when: str) -> None:
+    """What every long-running server (``serve``, ``mcp``) takes about its runs."""
     from ..run.shutdown import DEFAULT_GRACE_S
+
+    p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model of every run")
+    p.add_argument("--records", metavar="FILE", type=Path, help="append each run's record")
+    p.add_argument(
+        "--grace",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        help=f"{grace_when}, how long runs in flight may finish (default: %(default)s)",
+    )
+    p.add_argument("--no-watch", action="store_true", help="serve one version; do not reload")
+    p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
+
+
+def _cmd_serve(argv: Sequence[str]) -> int:
     from ..serve.guard import ServeLimits
 
     p = _Parser(
@@ -582,17 +598,7 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         "$OPENPROGRAM_SERVE_TOKEN, which other users cannot read in the process list); "
         "a browser opens /?token=TOKEN once",
     )
-    p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model of every run")
-    p.add_argument("--records", metavar="FILE", type=Path, help="append each run's record")
-    p.add_argument(
-        "--grace",
-        metavar="SECONDS",
-        type=float,
-        default=DEFAULT_GRACE_S,
-        help="on Ctrl-C or SIGTERM, how long runs in flight may finish (default: %(default)s)",
-    )
-    p.add_argument("--no-watch", action="store_true", help="serve one version; do not reload")
-    p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
+    _add_serving_options(p, "on Ctrl-C or SIGTERM")
     p.add_argument("-y", "--yes", action="store_true", help=_YES_HELP)
     limits = ServeLimits()
     p.add_argument(
@@ -663,8 +669,6 @@ def _cmd_serve(argv: Sequence[str]) -> int:
 
 
 def _cmd_mcp(argv: Sequence[str]) -> int:
-    from ..run.shutdown import DEFAULT_GRACE_S
-
     p = _Parser(
         prog="openprogram-run mcp",
         description="Serve a prompt repository over MCP while its files change: each method\n"
@@ -687,17 +691,7 @@ def _cmd_mcp(argv: Sequence[str]) -> int:
         help="--http: require 'Authorization: Bearer TOKEN' on every request (default: "
         "$OPENPROGRAM_SERVE_TOKEN, which other users cannot read in the process list)",
     )
-    p.add_argument("--model", metavar="PROVIDER:MODEL", help="override the model of every run")
-    p.add_argument("--records", metavar="FILE", type=Path, help="append each run's record")
-    p.add_argument(
-        "--grace",
-        metavar="SECONDS",
-        type=float,
-        default=DEFAULT_GRACE_S,
-        help="at the end, how long runs in flight may finish (default: %(default)s)",
-    )
-    p.add_argument("--no-watch", action="store_true", help="serve one version; do not reload")
-    p.add_argument("--live-tools", action="store_true", help=_LIVE_TOOLS_HELP)
+    _add_serving_options(p, "at the end")
     p.add_argument(
         "-y",
         "--yes",
