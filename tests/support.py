@@ -1,4 +1,7 @@
-"""Paths shared by tests (tests/ is on sys.path through pytest's rootdir conftest)."""
+"""Paths, an agent and a pty helper shared by tests.
+
+``tests/`` is on sys.path through pytest's rootdir conftest.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +12,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+
+#: A model behind a Chat Completions server on 127.0.0.1 (``%(url)s``, a loopback server's
+#: url) that asks for an http tool on the same server, then answers.
+SHOP_AGENT = """
+version: 1
+name: shop
+model: local:llama3
+retry: {max_retries: 1}
+runtimes:
+  - {match: "local:*", runtime: openai, options: {base_url: "%(url)s/v1"}}
+tools:
+  lookup_order:
+    description: Fetch an order.
+    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
+    http: {url: "%(url)s/orders/{{ id }}"}
+methods:
+  ask: {prompt: Where is order 42?}
+"""
 
 
 def read_until(fd: int, wanted: bytes, seen: bytearray, limit_s: float = 30.0) -> bytes:

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 from loopback import LoopbackServer, Reply, Request, chat_completion, json_reply
+from support import SHOP_AGENT
 
 from openprogram_yaml.compile.build import Build
 from openprogram_yaml.compile.program import Program
@@ -34,23 +35,6 @@ runtimes:
   - {match: "local:*", runtime: openai, options: {base_url: "%s/v1"}}
 methods:
   greet: {prompt: Say hello.}
-"""
-
-#: The model asks for the tool, then answers; the tool asks the same server.
-WITH_TOOL = """
-version: 1
-name: shop
-model: local:llama3
-retry: {max_retries: 1}
-runtimes:
-  - {match: "local:*", runtime: openai, options: {base_url: "%(url)s/v1"}}
-tools:
-  lookup_order:
-    description: Fetch an order.
-    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
-    http: {url: "%(url)s/orders/{{ id }}"}
-methods:
-  ask: {prompt: Where is order 42?}
 """
 
 
@@ -175,7 +159,7 @@ def test_a_reload_closes_the_old_versions_pool_once_its_last_run_ends(write) -> 
 def test_shutdown_closes_the_tools_clients_too_and_runs_share_them(write) -> None:  # type: ignore[no-untyped-def]
     with LoopbackServer() as server:
         server.add(*tool_call_then_answer(), *tool_call_then_answer())
-        versions = Versions(compile_path(write("shop.yaml", WITH_TOOL % {"url": server.url})))
+        versions = Versions(compile_path(write("shop.yaml", SHOP_AGENT % {"url": server.url})))
 
         async def main() -> list[RunRecord]:
             service = RunService(versions.snapshot)
@@ -196,7 +180,7 @@ def test_shutdown_closes_the_tools_clients_too_and_runs_share_them(write) -> Non
 def test_tools_of_an_agent_a_reload_kept_stay_open_with_the_new_version(write) -> None:  # type: ignore[no-untyped-def]
     with LoopbackServer() as server:
         server.add(*tool_call_then_answer(), *tool_call_then_answer(), *tool_call_then_answer())
-        path = write("shop.yaml", WITH_TOOL % {"url": server.url})
+        path = write("shop.yaml", SHOP_AGENT % {"url": server.url})
         os.utime(path, (1_700_000_000, 1_700_000_000))  # not "racy": its stamp vouches for it
         build = Build()
         versions = Versions(compile_path(path, build=build))

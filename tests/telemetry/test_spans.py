@@ -12,6 +12,7 @@ from loopback import LoopbackServer, chat_completion, json_reply
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes
 from opentelemetry.trace import SpanKind, StatusCode
 from otel_helpers import AGENT, everything_exported, named, spans_in_memory, tree, write_desk
+from support import SHOP_AGENT
 
 from openprogram_yaml import telemetry
 from openprogram_yaml.compile.project import compile_path
@@ -30,23 +31,6 @@ CONTENT = (
     "openprogram.inputs",
     "openprogram.output",
 )
-
-#: A model behind a Chat Completions server on 127.0.0.1; an http tool on the same server.
-LOOPBACK_AGENT = """
-version: 1
-name: shop
-model: local:llama3
-retry: {max_retries: 1}
-runtimes:
-  - {match: "local:*", runtime: openai, options: {base_url: "%(url)s/v1"}}
-tools:
-  lookup_order:
-    description: Fetch an order.
-    parameters: {type: object, properties: {id: {type: string}}, required: [id]}
-    http: {url: "%(url)s/orders/{{ id }}"}
-methods:
-  ask: {prompt: Where is order 42?}
-"""
 
 
 def run(path: Path, method: str, inputs: dict[str, object], **kwargs: object):  # type: ignore[no-untyped-def]
@@ -201,7 +185,7 @@ def test_against_a_chat_server_the_spans_carry_its_usage_model_and_reply_id(
     ]
     with LoopbackServer(replies) as server, spans_in_memory() as exporter:
         path = tmp_path / "shop.yaml"
-        path.write_text(LOOPBACK_AGENT % {"url": server.url}, encoding="utf-8")
+        path.write_text(SHOP_AGENT % {"url": server.url}, encoding="utf-8")
         record = run(path, "ask", {})
     assert record.status == "ok", record.error
     spans = exporter.get_finished_spans()
@@ -237,7 +221,7 @@ def test_a_failed_model_call_marks_its_spans_failed_without_the_servers_words(
     refusal = {"error": {"message": "prompt rejected: 'Where is order 42?'"}}
     with LoopbackServer([json_reply(refusal, 400)]) as server, spans_in_memory() as exporter:
         path = tmp_path / "shop.yaml"
-        path.write_text(LOOPBACK_AGENT % {"url": server.url}, encoding="utf-8")
+        path.write_text(SHOP_AGENT % {"url": server.url}, encoding="utf-8")
         record = run(path, "ask", {})
     assert record.status == "failed"
     spans = exporter.get_finished_spans()
