@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any
 
+from openprogram_yaml.redaction import REDACTED
+
 __all__ = ["ProviderConfig", "RuntimeRule", "redact_options", "split_model_ref"]
 
 
@@ -21,17 +23,14 @@ def split_model_ref(model_ref: str) -> tuple[str | None, str]:
     return (prefix, rest) if sep else (None, model_ref)
 
 
-_REDACTED = "***"
-
-
 def redact_options(options: Mapping[str, object]) -> dict[str, Any]:
     """Options fit to print: the key and header values replaced by ``***``."""
     out: dict[str, Any] = {}
     for name, value in options.items():
         if name == "api_key" and value:
-            out[name] = _REDACTED
+            out[name] = REDACTED
         elif name == "headers" and isinstance(value, Mapping):
-            out[name] = dict.fromkeys(value, _REDACTED)
+            out[name] = dict.fromkeys(value, REDACTED)
         else:
             out[name] = value
     return out
