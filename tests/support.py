@@ -1,4 +1,4 @@
-"""Paths, an agent and a pty helper shared by tests.
+"""Paths, git settings, an agent and a pty helper shared by tests.
 
 ``tests/`` is on sys.path through pytest's rootdir conftest.
 """
@@ -12,6 +12,19 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
+
+#: Environment for commits made by the tests: fixed names and dates, no user config, no
+#: signing (``env={**os.environ, **GIT_ENV}``).
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Reviewer",
+    "GIT_AUTHOR_EMAIL": "reviewer@example.com",
+    "GIT_COMMITTER_NAME": "Reviewer",
+    "GIT_COMMITTER_EMAIL": "reviewer@example.com",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 #: A model behind a Chat Completions server on 127.0.0.1 (``%(url)s``, a loopback server's
 #: url) that asks for an http tool on the same server, then answers.

@@ -13,21 +13,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import EXAMPLES
+from support import EXAMPLES, GIT_ENV
 
 from openprogram_yaml.runner.cli import main
-
-#: Commits made by the tests: fixed names and dates, no user config, no signing.
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Reviewer",
-    "GIT_AUTHOR_EMAIL": "reviewer@example.com",
-    "GIT_COMMITTER_NAME": "Reviewer",
-    "GIT_COMMITTER_EMAIL": "reviewer@example.com",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
-    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 DRAFT = "support_repo/agents/replies.yaml"
 SECRET = "sk-diff-secret-4412"

@@ -14,20 +14,9 @@ from pathlib import Path
 
 import pytest
 from loopback import LoopbackServer, chat_completion, json_reply
-from support import EXAMPLES, REPO
+from support import EXAMPLES, GIT_ENV, REPO
 
 from openprogram_yaml.runner.cli import main
-
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Reviewer",
-    "GIT_AUTHOR_EMAIL": "reviewer@example.com",
-    "GIT_COMMITTER_NAME": "Reviewer",
-    "GIT_COMMITTER_EMAIL": "reviewer@example.com",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z",
-    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
 
 #: Commit ids and prompt versions differ with the example's contents; the rest may not.
 HASH = re.compile(r"\b[0-9a-f]{7,12}\b")
