@@ -12,10 +12,21 @@ import hmac
 import ipaddress
 import os
 
-__all__ = ["TOKEN_ENV", "is_loopback", "server_token", "token_matches", "token_problem"]
+__all__ = [
+    "LOOPBACK_NAMES",
+    "TOKEN_ENV",
+    "is_loopback",
+    "is_same_origin",
+    "server_token",
+    "token_matches",
+    "token_problem",
+]
 
 #: The environment variable that may hold the token instead of ``--token``.
 TOKEN_ENV = "OPENPROGRAM_SERVE_TOKEN"
+
+#: The names a loopback-bound server answers to (with its port) in ``Host`` and ``Origin``.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 def is_loopback(host: str) -> bool:
@@ -26,6 +37,16 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def is_same_origin(origin: str, host: str) -> bool:
+    """Whether the ``Origin`` a browser sent names the ``Host`` it called (http or https):
+    the rule beyond loopback, where any host name may be served but a page of another site
+    may not call it."""
+    scheme, sep, rest = origin.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return False
+    return rest.lower() == host.lower()
 
 
 def token_matches(sent: str | None, token: str) -> bool:

@@ -16,14 +16,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..access import is_loopback, token_matches
+from ..access import LOOPBACK_NAMES, is_loopback, is_same_origin, token_matches
 
 if TYPE_CHECKING:
     from .server import RepositoryServer
 
 __all__ = ["TokenGuard", "http_app", "transport_security"]
-
-_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
 def transport_security(host: str, port: int) -> TransportSecuritySettings:
@@ -32,7 +30,7 @@ def transport_security(host: str, port: int) -> TransportSecuritySettings:
     if not is_loopback(host):
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     bound = f"[{host}]" if ":" in host else host
-    names = dict.fromkeys([*_LOOPBACK_NAMES, bound.lower()])
+    names = dict.fromkeys([*LOOPBACK_NAMES, bound.lower()])
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[f"{name}:{port}" for name in names],
@@ -65,10 +63,12 @@ class TokenGuard:
 
     def _refusal(self, headers: dict[str, str]) -> tuple[int, str] | None:
         origin = headers.get("origin")
-        if self.any_host and origin is not None:
-            host = headers.get("host", "")
-            if origin.lower() not in (f"http://{host}".lower(), f"https://{host}".lower()):
-                return 403, "refused: a request from a page of another site"
+        if (
+            self.any_host
+            and origin is not None
+            and not is_same_origin(origin, headers.get("host", ""))
+        ):
+            return 403, "refused: a request from a page of another site"
         if self.token is None:
             return None
         scheme, _, sent = headers.get("authorization", "").partition(" ")

@@ -19,6 +19,7 @@ import json
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from ..access import LOOPBACK_NAMES, is_same_origin
 from ..json_types import JSONValue
 
 __all__ = [
@@ -32,7 +33,7 @@ __all__ = [
     "shown",
 ]
 
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]"})
+LOOPBACK_HOSTS = frozenset(LOOPBACK_NAMES)
 
 #: The cookie that carries the token for the web page (``?token=`` sets it once); the port
 #: is added to its name, since a browser shares a host's cookies across its ports.
@@ -79,7 +80,7 @@ def origin_refusal(
         return 400, "a Host header is required"
     if any_host:
         origin = headers.get("origin")
-        if origin is not None and not _is_same_origin(origin, host):
+        if origin is not None and not is_same_origin(origin, host):
             return 403, (
                 f"refused: a request from Origin '{shown(origin)}' (a page of another site); "
                 "only this server's own origin may call it"
@@ -188,13 +189,6 @@ def _is_own_host(
     if name not in LOOPBACK_HOSTS or scheme != "http":
         return False
     return asked == port or (asked is None and port == 80)
-
-
-def _is_same_origin(origin: str, host: str) -> bool:
-    scheme, sep, rest = origin.partition("://")
-    if not sep or scheme.lower() not in ("http", "https"):
-        return False
-    return rest.lower() == host.lower()
 
 
 def _is_own_origin(origin: str, port: int, allowed_hosts: Collection[str]) -> bool:

@@ -20,6 +20,7 @@ from mcp.client.subscriptions import ToolsListChanged
 from mcp_repository import AGENT, TIMEOUT_S, http_server, save, write_agent
 
 from openprogram_yaml.mcp.driver import _bind
+from openprogram_yaml.mcp.http import TokenGuard
 from openprogram_yaml.runner.cli import main
 
 TOKEN = "tok-5b1e9c0d7a2f4e68"
@@ -152,6 +153,32 @@ def test_a_rebound_host_name_or_another_site_is_refused(tmp_path: Path) -> None:
     assert rebound.status_code == 421
     assert page.status_code == 403
     assert own.status_code == 200
+
+
+def test_beyond_loopback_any_host_is_served_but_only_its_own_origin() -> None:
+    """Bound beyond loopback, the token guard serves any Host but refuses an Origin that is
+    not that Host (a page of another site), before the token is even looked at."""
+
+    async def ok(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 204, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def calls() -> list[httpx.Response]:
+        guard = TokenGuard(ok, TOKEN, any_host=True)
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        transport = httpx.ASGITransport(app=guard)
+        async with httpx.AsyncClient(transport=transport, base_url="http://box.lan:8766") as c:
+            return [
+                await c.post("/mcp", headers=auth),
+                await c.post("/mcp", headers={**auth, "Origin": "https://box.lan:8766"}),
+                await c.post("/mcp", headers={**auth, "Origin": "http://evil.test"}),
+                await c.post("/mcp", headers={"Origin": "http://box.lan:8766"}),
+            ]
+
+    bare, own, foreign, no_token = asyncio.run(calls())
+    assert bare.status_code == 204 and own.status_code == 204
+    assert foreign.status_code == 403 and "another site" in foreign.json()["error"]
+    assert no_token.status_code == 401
 
 
 def test_connections_to_the_http_server_send_without_delay() -> None:
