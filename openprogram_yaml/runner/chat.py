@@ -436,9 +436,10 @@ def _sessions_action(store: SessionStore, args: argparse.Namespace) -> int:
         sessions = store.sessions()
         if args.json:
             out.writelines(json.dumps(s.to_dict(), ensure_ascii=False) + "\n" for s in sessions)
-        elif not sessions:
+            return 0
+        if not sessions:
             _say(f"no sessions in {store.path}")
-        for s in sessions if not args.json else ():
+        for s in sessions:
             count = f"{s.messages} message{'s' if s.messages != 1 else ''}"
             out.write(f"{s.name}  {s.agent}.{s.method}  {count}  last {s.updated_at}\n")
         return 0
