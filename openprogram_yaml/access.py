@@ -63,6 +63,13 @@ def token_problem(host: str, token: str | None) -> str | None:
     """Why a server must not start on ``host`` with ``token``, or None."""
     if token is not None and not token.strip():
         return f"error: the token is empty; give a long random one (--token or ${TOKEN_ENV})"
+    if token is not None and not (token.isascii() and token.isprintable()):
+        # A header carries ASCII: clients and servers decode other bytes differently, and
+        # a value that is not UTF-8 (from the environment) cannot be compared at all.
+        return (
+            "error: the token must be ASCII letters, digits and punctuation (it is sent in an "
+            f"HTTP header); give another one (--token or ${TOKEN_ENV})"
+        )
     if token is None and not is_loopback(host):
         return (
             f"error: --host {host} lets other machines call this server, so it needs a token: "

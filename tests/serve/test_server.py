@@ -134,6 +134,20 @@ def test_a_host_beyond_loopback_without_a_token_refuses_to_start(
     assert "token is empty" in capsys.readouterr().err
 
 
+def test_a_token_that_is_not_ascii_refuses_to_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A header is ASCII: a token beyond it never matched (mcp --http reads headers as
+    Latin-1), and one from an environment that is not UTF-8 failed on every request."""
+    agent = write_agent(tmp_path)
+    assert main(["serve", str(agent), "--host", "192.0.2.1", "--token", "tök-long-enough"]) == 2
+    assert "must be ASCII" in capsys.readouterr().err
+    monkeypatch.setenv("OPENPROGRAM_SERVE_TOKEN", "tok-\udcff-bytes")  # b"\xff" in the environment
+    assert main(["mcp", str(agent), "--http", "--host", "192.0.2.1", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "must be ASCII" in err and "Traceback" not in err
+
+
 def test_every_route_needs_the_token_once_one_is_set(tmp_path: Path) -> None:
     agent = write_agent(tmp_path)
     log = io.StringIO()
