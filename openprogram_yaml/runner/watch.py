@@ -22,6 +22,7 @@ from ..run.service import RunService
 from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
 from ..runtime.trace import SessionTrace
 from .run_errors import describe_error
+from .terminal_asker import shown_on_terminal
 
 __all__ = ["watch_and_run"]
 
@@ -107,7 +108,9 @@ async def watch_and_run(
             text = record.output if isinstance(record.output, str) else None
             if text is None:
                 text = json.dumps(record.output, indent=2, ensure_ascii=False)
-            _print(redact(text, record.secrets))
+            text = redact(text, record.secrets)
+            # What the model wrote is shown on a terminal, never obeyed (as a plain run).
+            _print(shown_on_terminal(text) if sys.stdout.isatty() else text)
         else:
             say(redact(describe_error(record.error or {}), record.secrets))
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pty
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from reload_helpers import EVENT_TIMEOUT_S, save, write_agent
+from support import read_until
 
 from openprogram_yaml.runner.watch import is_editor_temp_file
 
@@ -86,3 +89,27 @@ def test_watch_says_what_it_watches_and_names_files_as_the_working_folder_does(
     err = asyncio.run(scenario())
     assert "4913" not in err and ".tmp~" not in err, err
     assert str(tmp_path) not in err, err
+
+
+def test_watch_shows_the_models_escape_sequences_on_a_terminal_as_text(tmp_path: Path) -> None:
+    # The offline model echoes its prompt, so an input reaches the answer as a model's reply
+    # would: an OSC 52 sequence there would set the clipboard of the person's terminal.
+    agent = write_agent(tmp_path, "first {{ x }}")
+    controller, terminal = pty.openpty()
+    osc52 = "x=\x1b]52;c;aGk=\x07"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openprogram_yaml", str(agent), "say", "-i", osc52, "--watch"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(terminal)
+    seen = bytearray()
+    try:
+        shown = read_until(controller, b"\n", seen, EVENT_TIMEOUT_S)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(EVENT_TIMEOUT_S)
+        os.close(controller)
+    assert shown.rstrip() == rb"test reply to: first \x1b]52;c;aGk=\x07", shown
