@@ -24,6 +24,7 @@ from ..runtime.validation import SchemaValidator
 from ..spec.diagnostics import did_you_mean
 from ..spec.models import ExpectSpec, TestCaseSpec, ToolCallExpectSpec, ToolDoubleSpec
 from ..spec.positions import Position
+from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
 from .paths import display_path
@@ -333,10 +334,14 @@ def _dataset_cases(
     col.files.add(path)
     shown = str(display_path(path))
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = "no such file" if isinstance(exc, FileNotFoundError) else str(exc)
-        col.at(source, (*case_loc, "cases"), f"cannot read the cases file {shown}: {reason}")
+        text = read_text(path, shown)
+    except UnreadableFile as exc:
+        if exc.inside:
+            col.diagnostics.extend(exc.diagnostics)
+        else:
+            col.at(
+                source, (*case_loc, "cases"), f"cannot read the cases file {shown}: {exc.reason}"
+            )
         return []
     out: list[tuple[TestCaseSpec, SourceMap, Loc]] = []
     before = len(col.diagnostics)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +287,18 @@ def test_a_bad_dataset_line_is_reported_at_its_line(
     assert main(["test", str(root)]) == 2
     err = capsys.readouterr().err
     assert "desk.tests.yaml:6" in err and "cannot read the cases file" in err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_dataset_file_that_is_a_fifo_is_refused_and_never_blocks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = project(tmp_path, GONE, DATASET)
+    (root / "tests" / "data").mkdir()
+    os.mkfifo(root / "tests" / "data" / "cases.jsonl")  # no writer: reading it would block
+    assert main(["test", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "desk.tests.yaml:6" in err and "not a regular file" in err
 
 
 MATRIX = """\
