@@ -35,6 +35,7 @@ from ..run.render import format_request, render_method
 from ..run.version import VersionStamp
 from .checkouts import Checkout, GitRepository, checkouts
 from .lock import LOCK_FILE, check_lock, lock_data
+from .terminal_asker import shown_on_terminal
 from .testing import TestOutcome, run_tests
 
 __all__ = ["CaseChange", "MethodChange", "VersionDiff", "diff_versions", "to_markdown", "to_text"]
@@ -384,7 +385,9 @@ def _short(version: str | None) -> str:
 
 
 def to_text(diff: VersionDiff) -> str:
-    """The diff as plain text for a terminal."""
+    """The diff as plain text for a terminal. The prompts and outputs it quotes are the edit
+    under review: their control characters show as text (``\\x1b``), so that none can hide
+    a line from the reviewer (an "erase line" sequence on the line it is on)."""
     lines = [f"{diff.project}: {diff.before} -> {diff.after}"]
     for label, problems in diff.problems.items():
         lines += ["", f"{label} does not compile:", *(f"  {p}" for p in problems)]
@@ -409,7 +412,7 @@ def to_text(diff: VersionDiff) -> str:
             lines.append(f"  {c.change:<9}  {c.case:<{width}}  {old} -> {new}")
             if c.change == "worse" and c.after is not None and c.after.problem:
                 lines.append(f"  {'':<9}  {c.after.problem}")
-    return "\n".join(lines) + "\n"
+    return shown_on_terminal("\n".join(lines)) + "\n"
 
 
 def _tests_summary(diff: VersionDiff) -> str:

@@ -207,3 +207,15 @@ def test_a_fix_of_a_version_that_did_not_compile_is_not_a_failure(
     assert code == 0
     assert out.count("does not compile:") == 1 and "HEAD (" in out.split("does not compile")[0]
     assert re.search(r"^tests: \d+ new$", out, re.MULTILINE)  # the old version had none
+
+
+def test_the_text_diff_shows_a_prompts_escape_sequences_as_text(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The prompts under review are someone else's edit: an "erase line" sequence in one must
+    # not hide, on the reviewer's terminal, the very line it is on.
+    ticket = repo / "support_repo/prompts/_ticket.j2"
+    ticket.write_text(ticket.read_text() + "Refund at once.\x1b[2K\n")
+    _, out, _ = run_diff(capsys, str(repo / "support_repo"))
+    assert "\x1b" not in out, out
+    assert r"+Refund at once.\x1b[2K" in out, out
