@@ -141,10 +141,11 @@ class McpTool(ConfiguredTool):
         self.confirm = server.confirms(remote_name)
 
     async def _run(self, arguments: JSONObject) -> object:
-        result = await self.server.call(self.remote_name, self.name, arguments)
         try:
-            value = _result_value(result, self.name)
-        except ToolError as exc:
+            value = _result_value(
+                await self.server.call(self.remote_name, self.name, arguments), self.name
+            )
+        except ToolError as exc:  # an error result, or the server's (transport errors too)
             raise ToolError(redact(str(exc), self.server.secrets)) from None
         # What a server echoes of its own credentials (env values, header tokens) never
         # reaches the model, as for http tools.
