@@ -29,6 +29,7 @@ from ..runtime.context import current_test
 from ..runtime.toolgate import arguments_match
 from ..runtime.trace import SessionTrace
 from ..runtimes.protocol import SelectorWrapper
+from .terminal_asker import shown_on_terminal
 
 __all__ = ["TestOutcome", "check_expectations", "matrix_table", "results_json", "run_tests"]
 
@@ -271,15 +272,17 @@ def _indent(text: str, prefix: str = "    ") -> str:
 
 
 def report_failure(outcome: TestOutcome, stream: Writer, label: str = "") -> None:
+    """A failed case as the person reads it. What the model wrote (and the prompt, which
+    holds the case's inputs) shows its control characters as text, driving no terminal."""
     test = outcome.test
-    stream.write(f"FAIL {test.id}{label}  ({test.where})\n")
-    for problem in outcome.problems:
-        stream.write(f"  - {problem}\n")
+    lines = [f"FAIL {test.id}{label}  ({test.where})"]
+    lines += [f"  - {problem}" for problem in outcome.problems]
     record = outcome.record
     if record is not None and record.error is None:
-        stream.write(f"  got:\n{_indent(_short(record.output))}\n")
+        lines.append(f"  got:\n{_indent(_short(record.output))}")
     if outcome.prompt:
-        stream.write(f"  rendered prompt:\n{_indent(_short(outcome.prompt))}\n")
+        lines.append(f"  rendered prompt:\n{_indent(_short(outcome.prompt))}")
+    stream.write(shown_on_terminal("\n".join(lines)) + "\n")
 
 
 async def run_tests(

@@ -180,3 +180,13 @@ def test_with_models_and_repeat_each_model_is_a_suite_and_each_run_a_case(
         "the formal tone reaches the prompt (run 1)",
         "the formal tone reaches the prompt (run 2)",
     ]
+
+
+def test_a_failure_on_the_terminal_shows_the_replys_control_characters_as_text(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _run(repo) == 1
+    out = capsys.readouterr().out
+    assert "FAIL replies: a hostile reply fails <b>loudly</b>" in out
+    assert "\x1b" not in out and "\x00" not in out, out
+    assert r"\x1b[31m token ***" in out, out  # in what came and in the rendered prompt
