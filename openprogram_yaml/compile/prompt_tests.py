@@ -27,7 +27,7 @@ from ..spec.positions import Position
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
-from .paths import display_path
+from .paths import display_path, resolve_inside
 from .program import Agent
 
 __all__ = [
@@ -321,16 +321,25 @@ def compile_doubles(
 
 
 def _dataset_cases(
-    case: TestCaseSpec, source: SourceMap, case_loc: Loc, base_file: Path, col: Collector
+    case: TestCaseSpec,
+    source: SourceMap,
+    case_loc: Loc,
+    base_file: Path,
+    root: Path,
+    col: Collector,
 ) -> list[tuple[TestCaseSpec, SourceMap, Loc]]:
     """The cases of ``case``'s dataset file (``cases:``), one a line, each with a source map
     that places any problem at its line (``FILE:LINE``).
 
     A line is a JSON object: the method's inputs, or ``{name, inputs, expect}`` (told apart
-    by an ``inputs`` key that is an object). Its ``expect`` keys replace the test's.
+    by an ``inputs`` key that is an object). Its ``expect`` keys replace the test's. The
+    file is one of the project's, as a prompt file is.
     """
     assert case.cases is not None
-    path = (base_file.parent / case.cases).resolve()
+    path, problem = resolve_inside(base_file, case.cases, root)
+    if path is None:
+        col.at(source, (*case_loc, "cases"), str(problem))
+        return []
     col.files.add(path)
     shown = str(display_path(path))
     try:
@@ -432,7 +441,7 @@ def compile_tests(
         expanded = (
             [(listed, source, listed_loc)]
             if listed.cases is None
-            else _dataset_cases(listed, source, listed_loc, base_file, col)
+            else _dataset_cases(listed, source, listed_loc, base_file, ctx.root, col)
         )
         for case, case_source, case_loc in expanded:
             test = _compile_case(

@@ -289,6 +289,16 @@ def test_a_bad_dataset_line_is_reported_at_its_line(
     assert "desk.tests.yaml:6" in err and "cannot read the cases file" in err
 
 
+def test_a_dataset_file_outside_the_project_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = project(tmp_path / "repo", GONE, DATASET.replace("data/cases.jsonl", "../../x.jsonl"))
+    (tmp_path / "x.jsonl").write_text('{"ticket": "read from outside"}\n')
+    assert main(["test", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "desk.tests.yaml:6" in err and "leaves the project root" in err
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_a_dataset_file_that_is_a_fifo_is_refused_and_never_blocks(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
