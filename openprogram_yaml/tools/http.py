@@ -43,7 +43,7 @@ from openprogram_yaml.providers.http_client import (
     Timeouts,
     make_client,
 )
-from openprogram_yaml.redaction import redact, redact_json
+from openprogram_yaml.redaction import StreamRedactor, redact, redact_json
 from openprogram_yaml.safe_urls import UnsafeURL, build_url, check_template, parse_hosts
 from openprogram_yaml.tools.base import ConfiguredTool, TextTemplate, ToolBuildError, cap_text
 
@@ -246,13 +246,14 @@ class HttpTool(ConfiguredTool):
             detail = redact(str(exc) or type(exc).__name__, secrets)
             raise ToolError(f"{where} failed: {type(exc).__name__}: {detail}") from exc
         text = data.decode(_charset(content_type), "replace")
-        if not 200 <= status < 300:
-            excerpt = redact(cap_text(text.strip(), ERROR_EXCERPT_CHARS), secrets)
+        if truncated:  # the cut may end in the start of a secret: held back, never shown
+            text = StreamRedactor(secrets).feed(text)
+        if not 200 <= status < 300:  # redacted before the cut, which could split a secret
+            excerpt = cap_text(redact(text.strip(), secrets), ERROR_EXCERPT_CHARS)
             raise ToolError(f"{where} returned HTTP {status}" + (f": {excerpt}" if excerpt else ""))
         if truncated:
-            shown = redact(text, secrets)
             return (
-                f"{shown}\n[truncated: the response is larger than {self.max_bytes} bytes; "
+                f"{text}\n[truncated: the response is larger than {self.max_bytes} bytes; "
                 "only the first part is shown]"
             )
         if not data:

@@ -155,6 +155,25 @@ def test_a_body_over_the_cap_is_cut_with_a_marker(
     assert result.count("x") == 100
 
 
+@pytest.mark.parametrize(("status", "max_bytes"), [(200, 500), (502, 500), (502, 1 << 20)])
+def test_a_secret_cut_by_a_cap_shows_no_part_of_it(
+    server: LoopbackServer, make: Callable[..., HttpTool], status: int, max_bytes: int
+) -> None:
+    # The body's cut (max_bytes) or the error excerpt's (500 characters) falls inside the
+    # echoed credential: its first half must not reach the model either.
+    body = ("x" * 490 + SECRET + "y" * 100).encode()
+    server.add(Reply(status, body, {"content-type": "text/plain"}))
+    tool = make(server.url + "/echo", headers={"X-Api-Key": SECRET}, max_bytes=max_bytes)
+    if status == 200:
+        shown = run(tool, order_id="x")
+    else:
+        with pytest.raises(ToolError) as info:
+            run(tool, order_id="x")
+        shown = str(info.value)
+    assert "x" * 490 in shown
+    assert SECRET[:6] not in shown
+
+
 def test_timeout_is_a_tool_error(server: LoopbackServer, make: Callable[..., HttpTool]) -> None:
     release = threading.Event()
 
