@@ -313,21 +313,27 @@ def classify_exception(exc: BaseException) -> TurnFailure:
 MAX_ERROR_TEXT = 500
 
 
+def _cut(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` redacted, then cut to ``MAX_ERROR_TEXT`` (a cut first could keep the start of
+    a secret the server echoed)."""
+    return redact(text, secrets)[:MAX_ERROR_TEXT]
+
+
 def _error_text(body: bytes | str) -> str:
     """The human part of an error body: ``error.message`` when it is JSON, else the text."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
         data = json.loads(text)
     except ValueError:
-        return text.strip()[:MAX_ERROR_TEXT]
+        return text.strip()
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):
         message = error.get("message") or error.get("detail") or error.get("type")
         if isinstance(message, str) and message:
-            return message[:MAX_ERROR_TEXT]
+            return message
     if isinstance(error, str) and error:
-        return error[:MAX_ERROR_TEXT]
-    return text.strip()[:MAX_ERROR_TEXT]
+        return error
+    return text.strip()
 
 
 def failure_from_status(
@@ -344,9 +350,10 @@ def failure_from_status(
     401/403 auth and 400/404/413/422 invalid requests are final; 429 is a retryable rate
     limit unless the body speaks of quota or billing; 408, 409 and 5xx are retryable.
     """
+    secrets = tuple(secrets)
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     retry_after = retry_after_from_headers(headers, now=now())
-    detail = _error_text(body)
+    detail = _cut(_error_text(body), secrets)
     reason, retryable = classify_status(status, text)
     message = f"{provider}: HTTP {status} {reason}"
     if detail:
@@ -386,6 +393,7 @@ def failure_from_body_error(
     error: Any, *, provider: str, secrets: Iterable[str | None] = ()
 ) -> TurnFailure:
     """Classify an ``{"error": …}`` object sent with a 200 or inside a stream."""
+    secrets = tuple(secrets)
     if isinstance(error, dict):
         kind = str(error.get("code") or error.get("type") or "")
         detail = str(error.get("message") or kind or "error")
@@ -393,13 +401,12 @@ def failure_from_body_error(
     else:
         kind, detail, status = "", str(error), None
     if status is not None:
-        failure = failure_from_status(status, {}, json.dumps({"error": error}), provider=provider)
-        failure.message = redact(failure.message, secrets)
-        return failure
+        body = json.dumps({"error": error})
+        return failure_from_status(status, {}, body, provider=provider, secrets=secrets)
     reason, retryable = _BODY_ERROR_TYPES.get(kind, (ErrorReason.SERVER_ERROR, True))
     if reason is not ErrorReason.AUTH and is_quota_text(f"{kind} {detail}"):
         reason, retryable = ErrorReason.QUOTA, False
-    message = f"{provider}: {kind or 'error'}: {detail[:MAX_ERROR_TEXT]}"
+    message = f"{provider}: {kind or 'error'}: {_cut(detail, secrets)}"
     return _final_if_permanent(TurnFailure(reason.value, redact(message, secrets), retryable))
 
 
@@ -414,8 +421,9 @@ def failure_from_redirect(
 
     Redirects are not followed: they would carry the key to wherever ``Location`` points.
     """
+    secrets = tuple(secrets)
     location = {k.lower(): v for k, v in headers.items()}.get("location")
-    where = f"redirect to {location[:MAX_ERROR_TEXT]}" if location else "redirect with no Location"
+    where = f"redirect to {_cut(location, secrets)}" if location else "redirect with no Location"
     message = (
         f"{provider}: HTTP {status} {where}; redirects are not followed, "
         "set base_url to the address that answers"
@@ -441,6 +449,7 @@ def failure_from_exception(
     final, since it is most likely a bug rather than a flaky network. ``read_timeout_s``
     (the bound in force) lets a read timeout say how long the server was silent.
     """
+    secrets = tuple(secrets)
     transient = _transient_errors()
     if isinstance(exc, transient[0]):
         reason, retryable = ErrorReason.TIMEOUT, True
@@ -449,7 +458,7 @@ def failure_from_exception(
     else:
         reason, retryable = ErrorReason.UNKNOWN, False
     detail = str(exc) or type(exc).__name__
-    message = f"{provider}: {reason.value}: {type(exc).__name__}: {detail[:MAX_ERROR_TEXT]}"
+    message = f"{provider}: {reason.value}: {type(exc).__name__}: {_cut(detail, secrets)}"
     if read_timeout_s is not None and isinstance(exc, _read_timeouts()):
         message = f"{provider}: timeout: the server sent nothing for {read_timeout_s:g} s "
         message += "(read timeout)"

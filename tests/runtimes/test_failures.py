@@ -190,3 +190,28 @@ def test_the_permanent_markers_make_any_failure_final(marker: str) -> None:
     assert classify_error_text(message).retryable is False
     # A runtime's own TurnFailure saying retryable=True does not override the words.
     assert not is_retryable(TurnFailure("server_error", message, True))
+
+
+KEY = "sk-echoed-0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        lambda text: failure_from_status(500, {}, text, provider="p", secrets=[KEY]),
+        lambda text: failure_from_status(
+            500, {}, json.dumps({"error": {"message": text}}), provider="p", secrets=[KEY]
+        ),
+        lambda text: failure_from_body_error({"message": text}, provider="p", secrets=[KEY]),
+        lambda text: failure_from_body_error(
+            {"code": 500, "message": text}, provider="p", secrets=[KEY]
+        ),
+        lambda text: failure_from_exception(RuntimeError(text), provider="p", secrets=[KEY]),
+    ],
+)
+def test_an_echoed_key_cut_by_the_length_limit_shows_no_part_of_it(failure: object) -> None:
+    # The 500-character cut falls inside the key the server echoed: not even its start shows.
+    assert callable(failure)
+    message = failure("x" * 490 + KEY + "y" * 50).message
+    assert "x" * 490 in message
+    assert KEY[:6] not in message
