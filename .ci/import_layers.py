@@ -26,6 +26,8 @@ BASE: dict[str, frozenset[str]] = {
     "_version": frozenset(),
     "json_types": frozenset(),
     "_file_writes": frozenset({"errors"}),
+    # Reading a named file: regular files only, non-blocking, capped (spec and runtime).
+    "_file_reads": frozenset(),
     "safe_urls": frozenset({"errors"}),
     # Who may call a server (loopback rule, bearer token): shared by serve and mcp.
     "access": frozenset(),

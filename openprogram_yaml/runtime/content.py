@@ -2,7 +2,8 @@
 (images, PDFs, audio) given as inputs into the content blocks that carry them.
 
 A text block with ``"role": "system"`` contributes to the system prompt instead; media blocks
-given by ``path`` are read and base64-encoded. A block of a type no runtime knows is an
+given by ``path`` are read (``read_block_file``: regular files of at most ``MAX_MEDIA_BYTES``)
+and base64-encoded. A block of a type no runtime knows is an
 error: dropping it would send the model something else than was asked.
 
 Files as inputs: an input declared ``{type: string, contentMediaType: image/png}`` (a
@@ -24,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from openprogram_yaml._file_reads import FileRefused, FileTooLarge, read_regular_file
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtimes.protocol import Message, RuntimeResult
 
@@ -34,6 +36,7 @@ __all__ = [
     "media_block",
     "media_types",
     "media_value",
+    "read_block_file",
     "read_media_file",
     "render_content",
 ]
@@ -110,12 +113,16 @@ def _data_url(mime: str, raw_b64: str, filename: str | None) -> str:
     return f"data:{mime}{name};base64,{raw_b64}"
 
 
+def _too_large(size: int, what: str) -> MediaError:
+    return MediaError(
+        f"{what} is {size / 2**20:.1f} MiB; a file input takes at most "
+        f"{MAX_MEDIA_BYTES // 2**20} MiB"
+    )
+
+
 def _check_size(size: int, what: str) -> None:
     if size > MAX_MEDIA_BYTES:
-        raise MediaError(
-            f"{what} is {size / 2**20:.1f} MiB; a file input takes at most "
-            f"{MAX_MEDIA_BYTES // 2**20} MiB"
-        )
+        raise _too_large(size, what)
 
 
 def _check_type(mime: str, accepted: Sequence[str], what: str) -> None:
@@ -164,6 +171,22 @@ def media_value(value: JSONValue, accepted: Sequence[str], what: str = "the file
     return _data_url(mime, encoded, filename)
 
 
+def read_block_file(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the file a content block or file input names by ``path``.
+
+    The one way a media file is read: a regular file only (a FIFO or device is refused, never
+    waited on) of at most ``MAX_MEDIA_BYTES``, refused before it is read whole. Raises
+    ``MediaError`` saying why.
+    """
+    what = f"file {os.fspath(path)!r}"
+    try:
+        return read_regular_file(path, limit=MAX_MEDIA_BYTES)
+    except FileTooLarge as exc:
+        raise _too_large(exc.size, what) from None
+    except FileRefused as exc:
+        raise MediaError(f"cannot read {what}: {exc.reason}") from None
+
+
 def read_media_file(path: str | os.PathLike[str], accepted: Sequence[str]) -> str:
     """The file at ``path`` as a data URL (its type from its name, else its first bytes).
 
@@ -171,12 +194,7 @@ def read_media_file(path: str | os.PathLike[str], accepted: Sequence[str]) -> st
     """
     where = Path(path)
     what = f"file {str(path)!r}"
-    try:
-        _check_size(where.stat().st_size, what)
-        raw = where.read_bytes()
-    except OSError as exc:
-        raise MediaError(f"cannot read {what}: {exc.strerror or exc}") from None
-    _check_size(len(raw), what)
+    raw = read_block_file(path)
     mime = _sniff(raw) or mimetypes.guess_type(where.name)[0] or "application/octet-stream"
     _check_type(mime, accepted, what)
     encoded = base64.b64encode(raw).decode("ascii")
@@ -237,7 +255,7 @@ def _media_block(block: Mapping[str, JSONValue]) -> JSONObject:
     if path is not None and "data" not in out:
         if not isinstance(path, str | os.PathLike):
             raise TypeError(f"expected str, bytes or os.PathLike object, not {type(path).__name__}")
-        raw = Path(path).read_bytes()
+        raw = read_block_file(path)
         out["data"] = base64.b64encode(raw).decode("ascii")
         out.setdefault(
             "mime_type", mimetypes.guess_type(str(path))[0] or "application/octet-stream"

@@ -1,6 +1,7 @@
 """Read a config, template or schema file as text: UTF-8, regular files only, never blocking.
 
-Every file the compiler reads goes through ``read_text``. Opening is non-blocking, so a FIFO
+Every file the compiler reads goes through ``read_text`` (over ``_file_reads``, which
+``runtime/`` shares). Opening is non-blocking, so a FIFO
 or a device named as a prompt file is refused instead of hanging the check; a file larger
 than ``MAX_TEXT_BYTES`` is refused before it is read (a multi-gigabyte file took half a
 minute and gigabytes of memory to be called "not UTF-8"); and text that is not UTF-8 is
@@ -9,10 +10,9 @@ reported at the line and column of its first bad byte.
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 
+from .._file_reads import FileRefused, FileTooLarge, NotRegularFile, read_regular_file
 from ..errors import ConfigError, Diagnostic
 
 __all__ = ["MAX_TEXT_BYTES", "UnreadableFile", "decode_text", "read_text"]
@@ -20,14 +20,6 @@ __all__ = ["MAX_TEXT_BYTES", "UnreadableFile", "decode_text", "read_text"]
 #: The largest config, template or schema file read. Far above any real one: a prompt this
 #: long would be millions of tokens, and a YAML document past 100,000 values is refused anyway.
 MAX_TEXT_BYTES = 16 * 1024 * 1024
-
-_NOT_REGULAR = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a device"),
-    (stat.S_ISBLK, "a device"),
-)
 
 
 class UnreadableFile(ConfigError):
@@ -50,32 +42,20 @@ def read_text(path: Path | str, shown: str | None = None) -> str:
     ``shown`` is the path as messages name it (default: ``path``).
     """
     shown = str(path) if shown is None else shown
-    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        descriptor = os.open(path, flags)
-    except FileNotFoundError:
-        raise UnreadableFile(Diagnostic(shown, 0, 0, "file not found"), inside=False) from None
-    except OSError as exc:
-        message = f"cannot read file: {exc.strerror or exc}"
-        raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False) from None
-    with os.fdopen(descriptor, "rb") as stream:
-        mode = os.fstat(descriptor).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _NOT_REGULAR if test(mode)), "a special file")
-            message = f"not a regular file ({kind}); name a file holding text"
-            raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False)
-        try:
-            data = stream.read(MAX_TEXT_BYTES + 1)  # + 1: a file that grew meanwhile is seen
-        except OSError as exc:
-            message = f"cannot read file: {exc.strerror or exc}"
-            raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False) from None
-    if len(data) > MAX_TEXT_BYTES:
+        data = read_regular_file(path, limit=MAX_TEXT_BYTES)
+    except FileTooLarge:
         mib = MAX_TEXT_BYTES // (1024 * 1024)
         message = (
             f"the file is larger than {mib} MiB, the limit for a config, template or schema file"
         )
-        raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False)
+        raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False) from None
+    except NotRegularFile as exc:
+        message = f"{exc.reason}; name a file holding text"
+        raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False) from None
+    except FileRefused as exc:
+        message = exc.reason
+        raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False) from None
     return decode_text(data, shown)
 
 

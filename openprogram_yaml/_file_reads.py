@@ -1,0 +1,92 @@
+"""Reading a file named by a user or a config: regular files only, never blocking, capped.
+
+``read_regular_file`` is the one way the package reads such a file's bytes (config,
+template and schema files through ``spec/textfile.py``, files given as content blocks or
+inputs through ``runtime/content.py``, ``SKILL.md`` files). Opening is non-blocking, so a
+FIFO or a device named as a file is refused instead of hanging the caller; a file larger
+than the caller's ``limit`` is refused before it is read whole.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+__all__ = ["FileRefused", "FileTooLarge", "NotRegularFile", "read_regular_file"]
+
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+)
+
+
+class FileRefused(Exception):
+    """A file that was not read; ``reason`` says why ("file not found", "not a regular
+    file (a FIFO (named pipe))", …), for a caller that names the file in its own message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class NotRegularFile(FileRefused):
+    """A folder, FIFO, socket or device where a file was expected; ``kind`` says which."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"not a regular file ({kind})")
+        self.kind = kind
+
+
+class FileTooLarge(FileRefused):
+    """A file larger than the ``limit`` it was read with; ``size`` is at least ``limit + 1``."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the file is larger than {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+def read_regular_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them.
+
+    Raises ``FileTooLarge`` when it holds more, ``NotRegularFile`` for a folder, FIFO, socket
+    or device, ``FileRefused`` when it is missing or cannot be opened or read.
+    """
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except FileNotFoundError:
+        raise FileRefused("file not found") from None
+    except OSError as exc:
+        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        # Checked before fdopen, which raises its own error for a folder.
+        mode, size = _mode_and_size(descriptor)
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _NOT_REGULAR if test(mode)), "a special file")
+            raise NotRegularFile(kind)
+        if size > limit:
+            raise FileTooLarge(size, limit)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    with os.fdopen(descriptor, "rb") as stream:
+        try:
+            data = stream.read(limit + 1)  # + 1: a file that grew meanwhile is seen
+        except OSError as exc:
+            raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise FileTooLarge(len(data), limit)
+    return data
+
+
+def _mode_and_size(descriptor: int) -> tuple[int, int]:
+    try:
+        info = os.fstat(descriptor)
+    except OSError as exc:
+        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+    return info.st_mode, info.st_size
