@@ -2,7 +2,8 @@
 
 A skill is a folder holding ``SKILL.md`` whose front matter (between ``---`` lines) gives
 ``name:`` and ``description:``. Only those two simple ``key: value`` lines are read, so no
-YAML parser is needed here.
+YAML parser is needed here. A ``SKILL.md`` that is not a regular UTF-8 file of at most
+``MAX_SKILL_BYTES`` (a FIFO, a device, a huge file) is left out, never waited on.
 """
 
 from __future__ import annotations
@@ -11,7 +12,12 @@ from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 
-__all__ = ["default_skill_dirs", "skills_block"]
+from openprogram_yaml._file_reads import FileRefused, read_regular_file
+
+__all__ = ["MAX_SKILL_BYTES", "default_skill_dirs", "skills_block"]
+
+#: The largest ``SKILL.md`` read: its front matter is a name and a line of description.
+MAX_SKILL_BYTES = 1024 * 1024
 
 
 def default_skill_dirs() -> list[Path]:
@@ -42,9 +48,10 @@ def skills_block(dirs: Sequence[str | Path]) -> str:
             continue
         for skill_file in sorted(root.glob("*/SKILL.md")):
             try:
-                fields = _front_matter(skill_file.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError):
+                text = read_regular_file(skill_file, limit=MAX_SKILL_BYTES).decode("utf-8")
+            except (FileRefused, UnicodeDecodeError):
                 continue
+            fields = _front_matter(text)
             name = fields.get("name") or skill_file.parent.name
             entries.append(
                 f"  <skill><name>{escape(name, quote=False)}</name>"
