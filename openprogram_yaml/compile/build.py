@@ -165,6 +165,9 @@ class Checked:
     def __init__(self) -> None:
         self._kinds: dict[str, str] = {}
         self._files: dict[FileRead, bool] = {}
+        #: The digests of settled files hashed in this pass, by path and stamp
+        #: (``file_reads``).
+        self.digests: dict[tuple[str, int, int], str] = {}
 
     def kind(self, path: str) -> str:
         found = self._kinds.get(path)
@@ -209,13 +212,19 @@ def env_digest(value: str | None) -> str | None:
     return None if value is None else hashlib.sha256(value.encode()).hexdigest()
 
 
-def file_reads(paths: Iterable[Path | str], started_ns: int) -> tuple[tuple[FileRead, ...], bool]:
+def file_reads(
+    paths: Iterable[Path | str],
+    started_ns: int,
+    known: dict[tuple[str, int, int], str] | None = None,
+) -> tuple[tuple[FileRead, ...], bool]:
     """What each file holds now, for a compile that started at ``started_ns``; and whether
     all are settled.
 
     A file modified less than ``RACY_NS`` before the compile began, or after, is not: it
     may change again within the same timestamp tick, unseen, so its stamp cannot vouch for
-    what the compile read (nor can a file that is gone).
+    what the compile read (nor can a file that is gone). ``known`` holds the settled reads
+    made so far in this compile: a file many agents read (a shared template or schema) is
+    hashed once while its stamp holds, as a later compile's check trusts that stamp.
     """
     out = []
     settled = True
@@ -226,8 +235,17 @@ def file_reads(paths: Iterable[Path | str], started_ns: int) -> tuple[tuple[File
             out.append((path, -1, -1, ""))
             settled = False
             continue
-        settled = settled and st.st_mtime_ns < started_ns - RACY_NS
-        out.append((path, st.st_mtime_ns, st.st_size, file_digest(path)))
+        stamp = (path, st.st_mtime_ns, st.st_size)
+        if st.st_mtime_ns >= started_ns - RACY_NS:
+            settled = False
+            out.append((*stamp, file_digest(path)))
+            continue
+        digest = known.get(stamp) if known is not None else None
+        if digest is None:
+            digest = file_digest(path)
+            if known is not None:
+                known[stamp] = digest
+        out.append((*stamp, digest))
     return tuple(out), settled
 
 

@@ -297,7 +297,7 @@ def _compile_agents(
                 failed[doc.spec.name] = path
                 continue
             agent = compiled
-            files, settled = file_reads({path, *agent_col.files}, started_ns)
+            files, settled = file_reads({path, *agent_col.files}, started_ns, checked.digests)
             own = ReadSet(files, tuple(sorted(agent_col.lookups.items())))
             own = dataclasses.replace(own, env=_env_reads(doc.env_names, env))
             reads.append(own)

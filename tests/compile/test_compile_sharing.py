@@ -1,0 +1,108 @@
+"""What one compile shares between its agents gives what each agent alone would.
+
+A compile of many agents hashes a file they all read once while its stamp holds, and
+resolves the folder of agent files side by side once; these tests compare each shortcut
+with the general path.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from openprogram_yaml.compile.build import RACY_NS, file_reads
+from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.compile.templates import _resolved, _resolved_folder
+
+AGENT = """version: 1
+name: {name}
+model: test
+methods:
+  ask:
+    inputs: {{q: {{type: string}}}}
+    prompt_file: ../shared/ask.j2
+"""
+
+
+def _settle(*paths: Path) -> None:
+    # Stamps older than the racy window, as files saved a while before the compile.
+    old = time.time_ns() - 10 * RACY_NS
+    for path in paths:
+        os.utime(path, ns=(old, old))
+
+
+def test_shared_digests_agree_with_hashing_each_file(tmp_path: Path) -> None:
+    files = []
+    for i in range(3):
+        path = tmp_path / f"f{i}.txt"
+        path.write_text(f"text {i}\n", encoding="utf-8")
+        files.append(path)
+    _settle(*files)
+    started = time.time_ns()
+    known: dict[tuple[str, int, int], str] = {}
+    for subset in ([files[0], files[1]], [files[1], files[2]], files):
+        assert file_reads(subset, started, known) == file_reads(subset, started)
+    assert len(known) == 3  # each file hashed once
+
+
+def test_a_changed_file_is_hashed_again(tmp_path: Path) -> None:
+    path = tmp_path / "f.txt"
+    path.write_text("one\n", encoding="utf-8")
+    _settle(path)
+    known: dict[tuple[str, int, int], str] = {}
+    first, _ = file_reads([path], time.time_ns(), known)
+    path.write_text("other\n", encoding="utf-8")
+    _settle(path)
+    os.utime(path, ns=(first[0][1] + 1, first[0][1] + 1))  # a new stamp
+    again, _ = file_reads([path], time.time_ns(), known)
+    assert again == file_reads([path], time.time_ns())[0]
+    assert again[0][3] != first[0][3]
+
+
+def test_racy_files_are_not_shared(tmp_path: Path) -> None:
+    path = tmp_path / "f.txt"
+    path.write_text("fresh\n", encoding="utf-8")  # just written: within the racy window
+    known: dict[tuple[str, int, int], str] = {}
+    reads, settled = file_reads([path], time.time_ns(), known)
+    assert not settled and not known
+    assert reads == file_reads([path], time.time_ns())[0]
+
+
+@pytest.mark.parametrize("kind", ["plain", "linked file", "linked folder", "missing"])
+def test_resolved_folder_is_the_resolved_files_folder(tmp_path: Path, kind: str) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "agent.yaml").write_text("x", encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if kind == "plain":
+        path = real / "agent.yaml"
+    elif kind == "linked file":
+        path = elsewhere / "link.yaml"
+        path.symlink_to(real / "agent.yaml")
+    elif kind == "linked folder":
+        (tmp_path / "via").symlink_to(real, target_is_directory=True)
+        path = tmp_path / "via" / "agent.yaml"
+    else:
+        path = real / "missing.yaml"
+    assert _resolved_folder(str(path)) == _resolved(str(path)).parent
+    relative = os.path.relpath(path)
+    assert _resolved_folder(relative) == _resolved(relative).parent
+
+
+def test_a_linked_agent_file_includes_from_its_targets_folder(tmp_path: Path) -> None:
+    (tmp_path / "openprogram.yaml").write_text("version: 1\nagents: [agents/*.yaml]\n")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "ask.j2").write_text("Q: {{ q }}\n", encoding="utf-8")
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "a.yaml").write_text(AGENT.format(name="a"), encoding="utf-8")
+    (tmp_path / "agents" / "a.yaml").symlink_to(tmp_path / "real" / "a.yaml")
+    (tmp_path / "agents" / "b.yaml").write_text(AGENT.format(name="b"), encoding="utf-8")
+    program = compile_path(tmp_path)
+    assert sorted(program.agents) == ["a", "b"]
+    prompt = program.agents["a"].methods["ask"].prompt
+    assert prompt.render({"q": "why"}).strip() == "Q: why"
