@@ -12,6 +12,7 @@ from ..errors import ConfigError, Diagnostic
 from ..redaction import redact
 from ..spec.positions import TextOrigin
 from ..spec.yamlread import Loc, SourceMap
+from .paths import Resolutions
 
 if TYPE_CHECKING:
     from ..runtimes.rules import ProviderConfig, RuntimeRule
@@ -36,6 +37,8 @@ class Collector:
         self.secrets: frozenset[str] = frozenset()
         #: Schema files already parsed in this compile, when the compile shares them.
         self.schema_files: SchemaFiles | None = None
+        #: Paths resolved in this compile (the compile of many agents shares one).
+        self.resolutions = Resolutions()
 
     def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
         pos = source.at(loc, key=key)
@@ -65,6 +68,7 @@ class Collector:
             source=source,
             loc=loc,
             shared=self.schema_files,
+            resolutions=self.resolutions,
         )
         self.files.update(bundle.files)
         self.lookups.update(bundle.lookups)

@@ -11,6 +11,7 @@ from pathlib import Path
 __all__ = [
     "PROJECT_FILE",
     "Lookup",
+    "Resolutions",
     "display_path",
     "entry_kind",
     "find_project_root",
@@ -82,6 +83,32 @@ def resolve_inside(base_file: Path, relative: str, root: Path) -> tuple[Path | N
     if resolved != inside and not resolved.startswith(inside.rstrip(os.sep) + os.sep):
         return None, f"'{relative}' leaves the project root {root}; keep files inside it"
     return Path(resolved), None
+
+
+class Resolutions:
+    """``resolve_inside`` remembered for one compile.
+
+    The agents of a repository name the same few files from the same few folders, and each
+    resolution costs an lstat per part of the path. Kept for one compile only (a link
+    changed later is seen by the next), and only for paths that resolved inside: a problem's
+    message names the file that named the path.
+    """
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, str, str], Path] = {}
+
+    def resolve_inside(
+        self, base_file: Path, relative: str, root: Path
+    ) -> tuple[Path | None, str | None]:
+        """``resolve_inside(base_file, relative, root)``."""
+        key = (os.path.dirname(base_file), relative, str(root))
+        found = self._found.get(key)
+        if found is not None:
+            return found, None
+        target, problem = resolve_inside(base_file, relative, root)
+        if target is not None:
+            self._found[key] = target
+        return target, problem
 
 
 def glob_problem(pattern: str, base_file: Path) -> str | None:

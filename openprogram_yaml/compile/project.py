@@ -36,6 +36,7 @@ from .build import (
 from .context import Collector, ProjectContext
 from .paths import (
     PROJECT_FILE,
+    Resolutions,
     display_path,
     entry_kind,
     find_project_root,
@@ -263,6 +264,7 @@ def _compile_agents(
     ctx_key = _context_key(ctx)
     checked = Checked()
     schema_files = SchemaFiles()
+    resolutions = Resolutions()
     agents: dict[str, Agent] = {}
     docs: dict[str, AgentDocument] = {}
     failed: dict[str, Path] = {}  # agents whose files have errors, by name
@@ -289,6 +291,7 @@ def _compile_agents(
                 continue
             agent_col = Collector()
             agent_col.schema_files = schema_files
+            agent_col.resolutions = resolutions
             compiled = compile_agent(doc, ctx, agent_col, build)
             col.diagnostics.extend(agent_col.diagnostics)
             col.files |= agent_col.files

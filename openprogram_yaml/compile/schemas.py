@@ -22,7 +22,7 @@ from ..runtime.validation import keyword_mistakes, schema_issues
 from ..spec.positions import Position
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import MAX_DEPTH, Loc, SourceMap, load_yaml_text
-from .paths import entry_kind, resolve_inside
+from .paths import Resolutions, entry_kind
 
 __all__ = ["ENVELOPE_KEYS", "SchemaBundle", "SchemaFiles", "bundle_schema", "split_envelope"]
 
@@ -83,15 +83,22 @@ class SchemaFiles:
 
     def __init__(self) -> None:
         self.loaded: dict[Path, tuple[Any, SourceMap | None, tuple[Diagnostic, ...]]] = {}
+        #: Each file's path in the project made a name (``_Bundler.prefix``).
+        self.names: dict[Path, str] = {}
 
 
 class _Bundler:
     def __init__(
-        self, root: Path, search: Sequence[Path] = (), shared: SchemaFiles | None = None
+        self,
+        root: Path,
+        search: Sequence[Path] = (),
+        shared: SchemaFiles | None = None,
+        resolutions: Resolutions | None = None,
     ) -> None:
         self.root = root
         self.search = tuple(search)
         self.shared = shared if shared is not None else SchemaFiles()
+        self.resolutions = resolutions if resolutions is not None else Resolutions()
         self.out = SchemaBundle(None)
         self.hoisted: dict[str, Any] = {}
         self._cache: dict[Path, Any] = {}
@@ -157,8 +164,11 @@ class _Bundler:
         name, and unique in this bundle (``a/b_c.json`` and ``a_b/c.json`` read alike)."""
         found = self._prefixes.get(path)
         if found is None:
-            where = path.relative_to(self.root) if path.is_relative_to(self.root) else path
-            base = re.sub(r"[^A-Za-z0-9_]", "_", where.with_suffix("").as_posix())
+            base = self.shared.names.get(path)
+            if base is None:
+                where = path.relative_to(self.root) if path.is_relative_to(self.root) else path
+                base = re.sub(r"[^A-Za-z0-9_]", "_", where.with_suffix("").as_posix())
+                self.shared.names[path] = base
             taken = set(self._prefixes.values())
             found, n = f"{base}__", 2
             while found in taken:
@@ -234,7 +244,7 @@ class _Bundler:
                 )
             return {"$ref": ref}
         file_part, _, pointer = ref.partition("#")
-        target, problem = resolve_inside(base, file_part, self.root)
+        target, problem = self.resolutions.resolve_inside(base, file_part, self.root)
         if target is None:
             self.error(pos, f"$ref {problem}")
             return None
@@ -280,14 +290,15 @@ def bundle_schema(
     loc: Loc,
     search: Sequence[Path] = (),
     shared: SchemaFiles | None = None,
+    resolutions: Resolutions | None = None,
 ) -> SchemaBundle:
     """Inline file references in ``schema`` and check it is a valid JSON Schema.
 
     A ``$ref`` is relative to the file naming it; one not found there is looked up in the
     ``search`` folders (the project's schema folders). ``shared`` holds the files already
-    parsed in this compile.
+    parsed in this compile, ``resolutions`` the paths already resolved.
     """
-    bundler = _Bundler(root, search, shared)
+    bundler = _Bundler(root, search, shared, resolutions)
     for path, message in keyword_mistakes(schema):
         pos = source.at((*loc, *path), key=True)
         bundler.out.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from openprogram_yaml.compile.build import RACY_NS, file_reads
+from openprogram_yaml.compile.paths import Resolutions, resolve_inside
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.compile.templates import _resolved, _resolved_folder
+from openprogram_yaml.errors import ConfigError
 
 AGENT = """version: 1
 name: {name}
@@ -106,3 +108,47 @@ def test_a_linked_agent_file_includes_from_its_targets_folder(tmp_path: Path) ->
     assert sorted(program.agents) == ["a", "b"]
     prompt = program.agents["a"].methods["ask"].prompt
     assert prompt.render({"q": "why"}).strip() == "Q: why"
+
+
+def test_shared_resolutions_agree_with_resolving_each_time(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    (root / "agents").mkdir(parents=True)
+    (root / "shared").mkdir()
+    (root / "shared" / "ask.j2").write_text("x", encoding="utf-8")
+    (root / "agents" / "linked").symlink_to(root / "shared", target_is_directory=True)
+    (root / "agents" / "out").symlink_to(tmp_path, target_is_directory=True)
+    resolutions = Resolutions()
+    names = [
+        "../shared/ask.j2",
+        "linked/ask.j2",
+        "../shared/missing.j2",
+        "out/project/shared/ask.j2",  # leaves through a link, comes back: inside
+        "out/elsewhere.j2",
+        "../../x",
+        "/etc/passwd",
+        "http://example.com/x",
+    ]
+    for agent in ("a.yaml", "b.yaml"):
+        base = root / "agents" / agent
+        for name in names * 2:
+            assert resolutions.resolve_inside(base, name, root) == resolve_inside(base, name, root)
+
+
+def test_a_link_changed_between_compiles_is_seen(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    (root / "shared").mkdir(parents=True)
+    (root / "openprogram.yaml").write_text("version: 1\nagents: [agents/*.yaml]\n")
+    (root / "shared" / "ask.j2").write_text("Q: {{ q }}\n", encoding="utf-8")
+    (root / "agents").mkdir()
+    (root / "agents" / "a.yaml").write_text(
+        AGENT.format(name="a").replace("../shared/ask.j2", "../via/ask.j2"), encoding="utf-8"
+    )
+    (root / "via").symlink_to(root / "shared", target_is_directory=True)
+    assert compile_path(root).agents["a"].methods["ask"].prompt.render({"q": "1"})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "ask.j2").write_text("secret {{ q }}\n", encoding="utf-8")
+    (root / "via").unlink()
+    (root / "via").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ConfigError, match="leaves the project root"):
+        compile_path(root)
