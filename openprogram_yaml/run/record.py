@@ -10,8 +10,9 @@ cost, the models that failed and passed their call on (``fallbacks``), timing, s
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import threading
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,8 @@ class RunRecord:
     usage: dict[str, int] | None = None
     started_at: str = ""
     elapsed_s: float = 0.0
-    id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    #: 64 random bits from the OS's generator, as hex: a run's id cannot be guessed.
+    id: str = field(default_factory=lambda: secrets.token_hex(8))
     #: The exit status the CLI would give: 0 ok, 1 the run failed, 2 usage error.
     exit_code: int = 0
     #: What must never be shown of the run (see ``run_secrets``); not part of the record.
@@ -107,12 +109,43 @@ def run_secrets(agent: Agent, environ: Mapping[str, str] | None = None) -> froze
     traces, serve replies and recordings. Read when the run starts, as the runtimes read
     their keys then.
     """
-    found = set(agent.secrets) | env_secrets(environ)
+    found = set(agent.secrets)
+    found |= _ENVIRON_SECRETS.get() if environ is None else env_secrets(environ)
     for rule in agent.runtime_rules:
         found |= secrets_in_options(rule.options, environ)
     for provider in agent.providers.values():
         found |= secrets_in_options(provider.runtime_options(), environ)
     return frozenset(found)
+
+
+class _EnvironSecrets:
+    """``env_secrets()`` of this process's environment, walked again only once it changed.
+
+    Every run reads the environment's secrets when it starts, since the process may change
+    its environment between runs. The walk decodes every variable's name (6 us at 38
+    variables, about twice that inside a run); comparing ``os.environ``'s own mapping of
+    bytes with the copy taken at the last walk costs under a microsecond, so the walk is
+    done again only when a variable was set, changed or removed since.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[dict[bytes, bytes], frozenset[str]] | None = None
+
+    def get(self) -> frozenset[str]:
+        data = getattr(os.environ, "_data", None)
+        if not isinstance(data, dict):  # not CPython's os.environ: walk it every time
+            return frozenset(env_secrets())
+        last = self._last
+        if last is not None and last[0] == data:
+            return last[1]
+        seen = dict(data)  # copied before the walk: a change during it is seen next time
+        found = frozenset(env_secrets())
+        self._last = (seen, found)
+        return found
+
+
+#: The one owner of the environment's secrets as last walked (``run_secrets``).
+_ENVIRON_SECRETS = _EnvironSecrets()
 
 
 def error_dict(exc: BaseException) -> dict[str, object]:
