@@ -9,16 +9,22 @@ run used. What is stored is redacted with the run's secrets, as records are.
 
 A front end takes two steps around each run: ``store.begin_turn(name, agent, method)``
 gives the prior messages to pass to the run (``RunService.start(history=…)``), and
-``store.end_turn(name, user, record)`` keeps the exchange when the run ends ok.
+``store.end_turn(name, user, record)`` keeps the exchange when the run ends ok. Async code
+(serve) calls ``async_begin_turn`` and ``async_end_turn``: the same steps in a worker thread,
+so a store another process keeps locked (a write waits up to ``busy_timeout_s``) never
+stalls the event loop. A store still locked after the wait is ``SessionStoreBusy``: try again
+later (serve answers 503).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import re
 import sqlite3
+import threading
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +46,7 @@ __all__ = [
     "SessionMessage",
     "SessionMismatchError",
     "SessionStore",
+    "SessionStoreBusy",
     "chat_input",
     "check_name",
     "private_file",
@@ -89,6 +96,20 @@ CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session, id);
 
 class SessionMismatchError(UsageError):
     """A session was resumed with another method than the one it talks to."""
+
+
+class SessionStoreBusy(UsageError):
+    """The store stayed locked by another process (a chat, a server) past the wait: the
+    same step may succeed when tried again later."""
+
+
+#: SQLite's primary result codes for a database another connection holds.
+_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF in _BUSY_CODES
 
 
 def sessions_path(project_root: Path) -> Path:
@@ -171,13 +192,18 @@ class SessionMessage:
 
 
 class SessionStore:
-    """The sessions of one project, in one SQLite file (created when first written)."""
+    """The sessions of one project, in one SQLite file (created when first written).
+
+    Safe to use from several threads: one step at a time holds the connection.
+    """
 
     def __init__(self, path: Path, *, busy_timeout_s: float = 5.0) -> None:
         self.path = path
         #: How long a write waits for another process's (a chat's, a server's) to end.
         self.busy_timeout_s = busy_timeout_s
         self._db: sqlite3.Connection | None = None
+        # Reentrant: a step (``open``) runs others (``get``) while holding it.
+        self._lock = threading.RLock()
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -189,7 +215,10 @@ class SessionStore:
                 db.execute("PRAGMA foreign_keys=ON")
                 db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
                 db.executescript(_SCHEMA)
-            except (OSError, sqlite3.Error) as exc:
+            except sqlite3.Error as exc:
+                error = SessionStoreBusy if _is_busy(exc) else UsageError
+                raise error(f"cannot open the session store {self.path}: {exc}") from None
+            except OSError as exc:
                 raise UsageError(f"cannot open the session store {self.path}: {exc}") from None
             self._db = db
         return self._db
@@ -197,17 +226,23 @@ class SessionStore:
     @contextlib.contextmanager
     def _using(self) -> Iterator[sqlite3.Connection]:
         """The store's connection; a SQLite error while using it (a full disk, a store that
-        another process kept locked past the wait) is a ``UsageError`` naming the store."""
-        db = self._connect()
-        try:
-            yield db
-        except sqlite3.Error as exc:
-            raise UsageError(f"the session store {self.path} cannot be used: {exc}") from None
+        another process kept locked past the wait: ``SessionStoreBusy``) is a ``UsageError``
+        naming the store."""
+        with self._lock:
+            db = self._connect()
+            try:
+                yield db
+            except sqlite3.Error as exc:
+                message = f"the session store {self.path} cannot be used: {exc}"
+                if _is_busy(exc):
+                    raise SessionStoreBusy(f"{message}; try again later") from None
+                raise UsageError(message) from None
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
     def __enter__(self) -> SessionStore:
         return self
@@ -284,22 +319,23 @@ class SessionStore:
         ``SessionMismatchError`` (its history was shaped by that method's prompt).
         """
         check_name(name)
-        found = self.get(name)
-        if found is not None:
-            if (found.agent, found.method) != (agent, method):
-                raise SessionMismatchError(
-                    f"session '{name}' talks to {found.agent}.{found.method}, not "
-                    f"{agent}.{method}: resume it with that method or pick another name"
+        with self._lock:  # no other thread's step between looking and creating
+            found = self.get(name)
+            if found is not None:
+                if (found.agent, found.method) != (agent, method):
+                    raise SessionMismatchError(
+                        f"session '{name}' talks to {found.agent}.{found.method}, not "
+                        f"{agent}.{method}: resume it with that method or pick another name"
+                    )
+                return found
+            now = _now()
+            with self._using() as db:
+                db.execute(
+                    "INSERT INTO sessions (name, agent, method, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (name, agent, method, now, now),
                 )
-            return found
-        now = _now()
-        with self._using() as db:
-            db.execute(
-                "INSERT INTO sessions (name, agent, method, created_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (name, agent, method, now, now),
-            )
-        return SessionInfo(name, agent, method, now, now, 0)
+            return SessionInfo(name, agent, method, now, now, 0)
 
     def add_turn(
         self, name: str, user: str, answer: str, *, run_id: str | None, version: str | None
@@ -318,8 +354,13 @@ class SessionStore:
     def begin_turn(self, name: str, agent: str, method: str) -> tuple[Message, ...]:
         """Session ``name`` opened for ``agent.method`` (created when new, see ``open``),
         and its history: the prior messages of the run that is its next turn."""
-        self.open(name, agent, method)
-        return self.history(name)
+        with self._lock:
+            self.open(name, agent, method)
+            return self.history(name)
+
+    async def async_begin_turn(self, name: str, agent: str, method: str) -> tuple[Message, ...]:
+        """``begin_turn`` in a worker thread: the event loop runs on while the store waits."""
+        return await asyncio.to_thread(self.begin_turn, name, agent, method)
 
     def end_turn(self, name: str, user: str, record: RunRecord) -> bool:
         """Keep a turn (the person's message ``user`` and the run's answer), redacted with
@@ -335,6 +376,10 @@ class SessionStore:
             version=record.version.hash,
         )
         return True
+
+    async def async_end_turn(self, name: str, user: str, record: RunRecord) -> bool:
+        """``end_turn`` in a worker thread: the event loop runs on while the store waits."""
+        return await asyncio.to_thread(self.end_turn, name, user, record)
 
     def delete(self, name: str) -> None:
         """Remove session ``name`` and its messages (a ``UsageError`` when there is none)."""

@@ -447,7 +447,7 @@ async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
     agent = program.agents[method.agent]
     created = int(time.time())
     if not chat.stream:
-        run = start_run(state, agent, method.name, inputs, model=state.model, route="/v1")
+        run = await start_run(state, agent, method.name, inputs, model=state.model, route="/v1")
         record = await run.record()
         # The run's own secrets and the token: every agent's would cost 3.4 ms a request
         # at 500 agents.
@@ -457,7 +457,7 @@ async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
         body = json.dumps(chat_completion(record, chat.model, created), ensure_ascii=False)
         return web.Response(text=redact(body, secrets), content_type="application/json")
     events: asyncio.Queue[JSONObject | None] = asyncio.Queue()
-    run = start_run(
+    run = await start_run(
         state,
         agent,
         method.name,

@@ -173,13 +173,13 @@ async def _run(state: ServeState, request: web.Request) -> web.StreamResponse:
     model = model_for(state, program, request)
     session = request.query.get("session")
     if not wants_events(request):
-        run = start_run(state, agent, method.name, inputs, model=model, session=session)
+        run = await start_run(state, agent, method.name, inputs, model=model, session=session)
         record = await run.record()
         return web.Response(
             status=status_of(record), text=record.to_json(), content_type="application/json"
         )
     events: asyncio.Queue[JSONObject] = asyncio.Queue()
-    run = start_run(
+    run = await start_run(
         state, agent, method.name, inputs, model=model, on_event=events.put_nowait, session=session
     )
     return await _stream_run(request, run, events, state.secrets_of_run(agent))

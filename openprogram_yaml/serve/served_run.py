@@ -21,7 +21,7 @@ from aiohttp import web
 from ..errors import UsageError
 from ..json_types import JSONValue
 from ..run.record import RunRecord
-from ..run.sessions import SessionMismatchError, user_text
+from ..run.sessions import SessionMismatchError, SessionStoreBusy, user_text
 from ..runtime.trace import SessionTrace
 from .app import Refused, ServeState
 from .guard import media_refusal, read_json
@@ -111,7 +111,7 @@ class ServedRun:
         return await asyncio.shield(self.task)
 
 
-def start_run(
+async def start_run(
     state: ServeState,
     agent: Agent,
     method: str,
@@ -125,16 +125,19 @@ def start_run(
     """Start a run of ``agent``'s ``method`` for a route (its log line ends with ``route``,
     when given); 503 once the server is shutting down. With ``session`` (``?session=NAME``)
     the run is that chat session's next turn (``run.sessions``): sent its history, and kept
-    in it when it ends ok; 400 for a bad name, 409 for a session of another method."""
+    in it when it ends ok; 400 for a bad name, 409 for a session of another method, 503 for
+    a store another process keeps locked. (The store is used in a worker thread.)"""
     if state.service.closing:
         raise Refused(503, "the server is shutting down")
     history: tuple[Message, ...] = ()
     turn = None
     if session is not None:
         try:
-            history = state.sessions.begin_turn(session, agent.name, method)
+            history = await state.sessions.async_begin_turn(session, agent.name, method)
         except SessionMismatchError as exc:
             raise Refused(409, str(exc)) from None
+        except SessionStoreBusy as exc:
+            raise Refused(503, str(exc)) from None
         except UsageError as exc:  # a bad name; a store that cannot be opened
             raise Refused(400, str(exc)) from None
         turn = (session, user_text(agent.methods[method], inputs))
@@ -142,29 +145,34 @@ def start_run(
     task = state.service.start(
         agent.name, method, inputs, model=model, trace=trace, on_event=on_event, history=history
     )
-    task.add_done_callback(partial(_finished, state, trace, route, turn))
-    return ServedRun(task)
+    task.add_done_callback(partial(_finished, state, trace, route))
+    if turn is None:
+        return ServedRun(task)
+    return ServedRun(asyncio.ensure_future(_keep_turn(state, task, *turn)))
+
+
+async def _keep_turn(
+    state: ServeState, task: asyncio.Task[RunRecord], session: str, user: str
+) -> RunRecord:
+    """The run's record once its turn is kept in ``session`` (when it ended ok): its client
+    gets the reply after the session holds it."""
+    record = await asyncio.shield(task)
+    try:
+        await state.sessions.async_end_turn(session, user, record)
+    except UsageError as exc:  # the store cannot be written: said, the run stands
+        state.say(f"session {session}: {exc}", record.secrets)
+    return record
 
 
 def _finished(
-    state: ServeState,
-    trace: SessionTrace,
-    route: str,
-    turn: tuple[str, str] | None,
-    task: asyncio.Task[RunRecord],
+    state: ServeState, trace: SessionTrace, route: str, task: asyncio.Task[RunRecord]
 ) -> None:
-    """Keep the ended run in the history (and its session's, for a ``turn`` of one) and
-    log it. (Run before the route's handler resumes: its record is in ``/runs`` when its
-    client gets the reply.)"""
+    """Keep the ended run in the history and log it. (Run before the route's handler
+    resumes: its record is in ``/runs`` when its client gets the reply.)"""
     if task.cancelled() or task.exception() is not None:
         return  # execute_run always gives a record; nothing to keep otherwise
     record = task.result()
     state.history.add(record, trace)
-    if turn is not None:
-        try:
-            state.sessions.end_turn(*turn, record)
-        except UsageError as exc:  # the store cannot be written: said, the run stands
-            state.say(f"session {turn[0]}: {exc}", record.secrets)
     state.say(
         f"{status_of(record)} {record.agent}.{record.method} {record.status} "
         f"{record.elapsed_s * 1000:.0f} ms version {record.version.hash}"

@@ -17,6 +17,7 @@ results are untrusted), and a Content-Security-Policy allows only the page's own
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from ..errors import UsageError
 from ..json_types import JSONObject, JSONValue
 from ..redaction import redact
 from ..run.render import render_method
-from ..run.sessions import SessionInfo, check_name
+from ..run.sessions import SessionInfo, SessionMessage, SessionStoreBusy, check_name
 from .app import Refused, ServeState, error_reply
 from .served_run import method_at, read_inputs
 
@@ -132,7 +133,9 @@ class _WebPage:
     async def sessions(self, request: web.Request) -> web.Response:
         agent, method = request.query.get("agent"), request.query.get("method")
         try:
-            found = self.state.sessions.sessions()
+            found = await asyncio.to_thread(self.state.sessions.sessions)
+        except SessionStoreBusy as exc:
+            raise Refused(503, str(exc)) from None
         except UsageError as exc:  # a store that cannot be opened or read
             raise Refused(500, str(exc)) from None
         listed: list[JSONValue] = [
@@ -145,10 +148,11 @@ class _WebPage:
     async def session(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         try:
-            info = self.state.sessions.get(check_name(name))
+            info, messages = await asyncio.to_thread(_session_and_messages, self.state, name)
             if info is None:
                 raise Refused(404, f"no session '{name}'; GET /api/sessions lists them")
-            messages = self.state.sessions.messages(name)
+        except SessionStoreBusy as exc:
+            raise Refused(503, str(exc)) from None
         except UsageError as exc:  # a bad name; a store that cannot be read
             raise Refused(400, str(exc)) from None
         body: JSONObject = {
@@ -165,6 +169,15 @@ class _WebPage:
             ],
         }
         return _json(body, self.state.secrets())
+
+
+def _session_and_messages(
+    state: ServeState, name: str
+) -> tuple[SessionInfo | None, list[SessionMessage]]:
+    """Session ``name`` and its messages (none when there is no such session); run in a
+    worker thread: the store may wait on another process's lock."""
+    info = state.sessions.get(check_name(name))
+    return info, [] if info is None else state.sessions.messages(name)
 
 
 def _session_json(info: SessionInfo) -> JSONObject:

@@ -276,3 +276,70 @@ def test_the_store_is_readable_by_its_owner_alone(tmp_path: Path) -> None:
         files = sorted((tmp_path / ".openprogram").glob("sessions.db*"))
         assert [f.name for f in files][:2] == ["sessions.db", "sessions.db-shm"]
         assert {f.name: f.stat().st_mode & 0o777 for f in files} == {f.name: 0o600 for f in files}
+
+
+def test_a_locked_store_is_busy_and_retryable(tmp_path: Path) -> None:
+    from openprogram_yaml.run.sessions import SessionStoreBusy
+
+    with _store(tmp_path) as store:
+        store.open("work", "pal", "talk")
+    holder = sqlite3.connect(sessions_path(tmp_path), isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with (
+            SessionStore(sessions_path(tmp_path), busy_timeout_s=0) as store,
+            pytest.raises(SessionStoreBusy, match="try again later"),
+        ):
+            store.open("new", "pal", "talk")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    with _store(tmp_path) as store:  # free again: the same step succeeds
+        assert store.open("new", "pal", "talk").name == "new"
+
+
+def test_serve_answers_503_for_a_locked_store_and_serves_others_meanwhile(
+    write: Callable[[str, str], Path], tmp_path: Path
+) -> None:
+    # The store waits for another process's lock (5 s) in a worker thread: the server keeps
+    # answering; after the wait the run is refused with 503 (try later), not 400.
+    import httpx
+
+    from openprogram_yaml.run.reload import ProgramHolder
+    from openprogram_yaml.serve.app import Server, ServeState
+
+    path = write("pal.yaml", CHAT)
+    with _store(tmp_path) as store:
+        store.open("old", "pal", "talk")
+    holder_db = sqlite3.connect(sessions_path(tmp_path), isolation_level=None)
+
+    async def main() -> tuple[int, str, list[int]]:
+        holder = ProgramHolder(path)
+        holder.load()
+        state = ServeState(holder, RunService(holder.snapshot))
+        server = Server(state)
+        port = await server.start(0)
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            try:
+                holder_db.execute("BEGIN EXCLUSIVE")
+                waiting = asyncio.ensure_future(
+                    client.post("/run/pal/talk?session=new", json={"message": "hi"})
+                )
+                health = await client.get("/health")
+                unsaved = await client.post("/run/pal/talk", json={"message": "x"})
+                others = [health.status_code, unsaved.status_code]
+                assert not waiting.done(), "the server waited for the store"
+                response = await waiting
+            finally:
+                holder_db.execute("ROLLBACK")
+                await server.close(grace_s=0)
+        return response.status_code, response.text, others
+
+    try:
+        status, text, others = asyncio.run(main())
+    finally:
+        holder_db.close()
+    assert others == [200, 200]
+    assert status == 503
+    assert "sessions.db cannot be used" in text and "try again later" in text
