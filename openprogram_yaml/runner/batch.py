@@ -41,6 +41,7 @@ from ..run.batch.rows import (
     unreadable,
 )
 from ..run.costs import cost_text, usage_line
+from .terminal_asker import shown_on_terminal
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -262,7 +263,8 @@ def _ray_engine(program: Program, args: argparse.Namespace) -> BatchEngine:
 
 
 def _fail(message: str, secrets: frozenset[str] = frozenset()) -> int:
-    print(redact(message, secrets), file=sys.stderr)
+    # The message may quote the dataset (a column's name): its control characters show as text.
+    print(shown_on_terminal(redact(message, secrets)), file=sys.stderr)
     return 2
 
 
@@ -364,6 +366,8 @@ def _drive(
 
 
 def _summary_text(summary: BatchSummary, elapsed: float) -> str:
+    """What the batch did, for stderr. The errors quote what others wrote (a provider, a
+    model, the dataset): control characters show as text (``\\x1b``), driving no terminal."""
     rate = summary.done / elapsed if elapsed > 0 else 0.0
     lines = [
         f"batch: {summary.ok} ok, {summary.failed} failed, {summary.skipped} skipped "
@@ -377,7 +381,7 @@ def _summary_text(summary: BatchSummary, elapsed: float) -> str:
     lines.append(usage_line(summary.cost) if summary.cost.get("models") else "tokens: 0")
     if summary.errors:
         lines.append("errors:")
-        lines.extend(f"  {n}× {text}" for text, n in summary.errors.items())
+        lines.extend(f"  {n}× {shown_on_terminal(text)}" for text, n in summary.errors.items())
     return "\n".join(lines)
 
 

@@ -285,3 +285,28 @@ def test_the_input_as_its_own_output_is_refused_and_left_as_it_was(write, capsys
     assert code == 2
     assert f"error: --output {alias} is the input file: choose another file" in err
     assert rows.read_bytes() == before
+
+
+def test_a_columns_control_characters_show_as_text(write, tmp_path, capsys) -> None:
+    # The dataset names a column; the error quoting it must not drive the terminal.
+    agent = write("agent.yaml", AGENT)
+    rows = write("in.jsonl", '{"ticket": "x", "\\u001b]52;c;aGk=\\u0007no": 1}\n')
+    assert main(_batch(agent, "tag", rows, tmp_path / "out.jsonl")) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert "--map \\x1b]52;c;aGk=\\x07no=INPUT" in err
+
+
+def test_the_summary_shows_an_errors_control_characters_as_text() -> None:
+    # A provider's or a model's text quoted in the summary must not drive the terminal: an
+    # OSC 52 sequence would set the clipboard, CSI 2J clear the screen.
+    from openprogram_yaml.run.batch.driver import BatchSummary
+    from openprogram_yaml.run.batch.engine import RowResult
+    from openprogram_yaml.runner.batch import _summary_text
+
+    summary = BatchSummary()
+    error = {"type": "LLMError", "message": "bad \x1b]52;c;aGk=\x07 reply\x1b[2J\tend"}
+    summary.add(RowResult(0, "d", "failed", {}, None, error, None, None, None, 0.5, "{}"))
+    text = _summary_text(summary, 1.0)
+    assert "\x1b" not in text and "\x07" not in text
+    assert "1× LLMError: bad \\x1b]52;c;aGk=\\x07 reply\\x1b[2J\tend" in text
