@@ -68,12 +68,16 @@ class GitStamper:
     The cache key also holds the modification times of git's index and HEAD log, so a
     commit made while the runner serves an unchanged Program is still noticed; a run pays
     for ``git`` only on the first run of a version or after such a commit.
+
+    The cache keeps the ``max_stamps`` most recently used stamps: a long-lived server sees a
+    new key at every edit and every commit, and an old one is rarely asked for again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_stamps: int = 32) -> None:
         self._lock = threading.Lock()
         self._info: dict[Path, _GitInfo | None] = {}
         self._stamps: dict[tuple[str, tuple[int, ...]], VersionStamp] = {}
+        self.max_stamps = max_stamps
 
     def _git_info(self, root: Path) -> _GitInfo | None:
         if root not in self._info:
@@ -101,8 +105,9 @@ class GitStamper:
             if info is None:
                 return VersionStamp(program.version)
             key = (program.version, self._markers(info))
-            cached = self._stamps.get(key)
+            cached = self._stamps.pop(key, None)
             if cached is not None:
+                self._stamps[key] = cached  # the most recently used last
                 return cached
             head = _git(["rev-parse", "--verify", "-q", "HEAD"], info.toplevel)
             if head is None:  # a repository without commits
@@ -110,6 +115,8 @@ class GitStamper:
             else:
                 stamp = VersionStamp(program.version, head.strip(), self._dirty(program, info))
             self._stamps[key] = stamp
+            while len(self._stamps) > self.max_stamps:
+                del self._stamps[next(iter(self._stamps))]  # the least recently used
             return stamp
 
     @staticmethod

@@ -72,3 +72,26 @@ def test_a_checkouts_fsmonitor_command_is_not_run(tmp_path: Path) -> None:
     stamp = GitStamper().stamp(compile_path(tmp_path / "echo.yaml"))
     assert stamp.commit is not None and stamp.dirty is False
     assert not ran.exists()
+
+
+def test_the_stamp_cache_keeps_the_most_recently_used_versions_only(tmp_path: Path) -> None:
+    # A long-lived server stamps a new version at each edit: the cache must not grow with them.
+    (tmp_path / "prompts").mkdir()
+    agent = tmp_path / "echo.yaml"
+    agent.write_text(AGENT)
+    (tmp_path / "prompts" / "say.j2").write_text("v0 {{ x }}")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "prompts")
+    stamper = GitStamper(max_stamps=3)
+    first = compile_path(agent)
+    stamps = {first.version: stamper.stamp(first)}
+    for n in range(1, 6):
+        (tmp_path / "prompts" / "say.j2").write_text(f"v{n} {{{{ x }}}}")
+        program = compile_path(agent)
+        stamps[program.version] = stamper.stamp(program)
+        stamper.stamp(first)  # used again and again: kept
+        assert len(stamper._stamps) <= 3
+    assert stamper.stamp(first) == stamps[first.version]
+    assert stamper.stamp(program) == stamps[program.version]
+    assert {stamp.dirty for stamp in stamps.values()} == {False, True}
