@@ -334,5 +334,6 @@ def build_tools(
         if built is not None:
             _add_confirm(engine, col, doc, name, tool, built)
             tools.append(built)
-    _expected_server_tools(doc, servers)
+    if servers:  # most agents have none, and the MCP client is not imported for them
+        _expected_server_tools(doc, servers)
     return BuiltTools(tools, method_refs, list(servers.values()))
