@@ -2,7 +2,8 @@
 
 ``templates.TemplateEngine`` checks templates and makes these; rendering needs only this
 module (and Jinja2, on the first render), so a program loaded from the compile cache
-renders without the checker.
+renders without the checker. A template whose text holds no Jinja syntax at all renders
+as that text without Jinja (``plain_text``), so a run of such prompts does not import it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,23 @@ from openprogram_yaml.spec.positions import Position, TextOrigin
 if TYPE_CHECKING:
     from jinja2 import Template
 
-__all__ = ["CompiledTemplate", "TemplateRenderError"]
+__all__ = ["CompiledTemplate", "TemplateRenderError", "plain_text"]
+
+#: What opens Jinja syntax with the prompt sandbox's settings (``_jinja.PromptSandbox``:
+#: Jinja's default delimiters, no line statements, no line comments).
+_SYNTAX_OPENERS = ("{{", "{%", "{#")
+
+
+def plain_text(source: str) -> str | None:
+    """What Jinja renders ``source`` as, when it holds no template syntax; else None.
+
+    Such a template is one piece of data to Jinja's lexer, which writes its line breaks
+    (``\\r\\n``, ``\\r``) as ``\\n``; the sandbox keeps the trailing newline. A test renders
+    the same texts both ways.
+    """
+    if any(opener in source for opener in _SYNTAX_OPENERS):
+        return None
+    return source.replace("\r\n", "\n").replace("\r", "\n") if "\r" in source else source
 
 
 class TemplateRenderError(OpenProgramError):
@@ -64,6 +81,11 @@ class CompiledTemplate:
     #: The Jinja template, generated on first render: checking a repository (or loading
     #: one to serve a few methods) never pays for code it does not run.
     _built: list[Template] = field(default_factory=list, repr=False)
+    #: What it renders when its source holds no Jinja syntax (``plain_text``), else None.
+    _text: str | None = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_text", plain_text(self.source))
 
     def __reduce__(self) -> tuple[type[CompiledTemplate], tuple[object, ...]]:
         # Made again from its data: the generated code stays behind, and is generated (or
@@ -93,10 +115,13 @@ class CompiledTemplate:
 
     def prepare(self) -> None:
         """Generate the template's code now; otherwise the first render does."""
-        self._template  # noqa: B018
+        if self._text is None:
+            self._template  # noqa: B018
 
     def render(self, variables: Mapping[str, Any]) -> str:
         """The prompt text; raises TemplateRenderError when the template fails."""
+        if self._text is not None:
+            return self._text
         try:
             return self._template.render(variables)
         except Exception as exc:

@@ -12,7 +12,10 @@ questions of ``terminal_asker`` do.
 
 The spinner starts once a run has been quiet for ``SPINNER_DELAY_S``, and ``rich`` is
 loaded then (or for the first event line): an answer that starts sooner shows no flash of
-spinner, and its first byte does not wait for ``rich`` to load (about 30 ms).
+spinner, and its first byte does not wait for ``rich`` to load (about 15 ms). Quiet means
+waiting: when the wait ends late because the process was busy meanwhile (the first request
+imports its HTTP library, 60 ms or more on a loaded machine), the answer may be a moment
+away, so the spinner waits once more.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ _SHORT = 80
 
 #: How long a run is quiet before the spinner shows.
 SPINNER_DELAY_S = 0.1
+#: A spinner timer this late means the loop was busy, not waiting.
+_BUSY_S = 0.005
 
 
 class RunDisplay:
@@ -156,16 +161,22 @@ class RunDisplay:
             self._rich = Console(file=self._err, highlight=False, soft_wrap=True)
         return self._rich
 
-    def _spin_later(self) -> None:
-        """Start the spinner unless something shows within ``SPINNER_DELAY_S``."""
+    def _spin_later(self, *, again: bool = True) -> None:
+        """Start the spinner unless something shows within ``SPINNER_DELAY_S`` (``again``:
+        or within another ``SPINNER_DELAY_S`` once the loop is free, if it was busy)."""
         if self._timer is None and self._live is None:
             with contextlib.suppress(RuntimeError):  # no loop: nothing to wait on
                 loop = asyncio.get_running_loop()
-                self._timer = loop.call_later(SPINNER_DELAY_S, self._quiet_for_a_while)
+                due = loop.time() + SPINNER_DELAY_S
+                self._timer = loop.call_at(due, self._quiet_for_a_while, loop, due, again)
 
-    def _quiet_for_a_while(self) -> None:
+    def _quiet_for_a_while(self, loop: asyncio.AbstractEventLoop, due: float, again: bool) -> None:
         self._timer = None
-        if not self._mid_line:  # not while an answer is being written
+        if self._mid_line:  # not while an answer is being written
+            return
+        if again and loop.time() - due > _BUSY_S:
+            self._spin_later(again=False)
+        else:
             self._spin()
 
     def _spin(self) -> None:
