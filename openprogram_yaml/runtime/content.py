@@ -33,6 +33,8 @@ __all__ = [
     "MAX_MEDIA_BYTES",
     "MediaError",
     "ToolContent",
+    "accepts",
+    "data_url_type",
     "media_block",
     "media_types",
     "media_value",
@@ -94,7 +96,8 @@ def media_types(schema: object) -> tuple[str, ...] | None:
     return FORMAT_MEDIA.get(named) if isinstance(named, str) else None
 
 
-def _accepts(accepted: Sequence[str], mime: str) -> bool:
+def accepts(accepted: Sequence[str], mime: str) -> bool:
+    """Whether a file input taking ``accepted`` (``media_types``) takes a ``mime`` file."""
     for pattern in accepted:
         if pattern == mime or (pattern.endswith("/*") and mime.startswith(pattern[:-1])):
             return True
@@ -126,7 +129,7 @@ def _check_size(size: int, what: str) -> None:
 
 
 def _check_type(mime: str, accepted: Sequence[str], what: str) -> None:
-    if not _accepts(accepted, mime):
+    if not accepts(accepted, mime):
         raise MediaError(f"{what} is {mime}; this input takes {', '.join(accepted)}")
 
 
@@ -199,6 +202,14 @@ def read_media_file(path: str | os.PathLike[str], accepted: Sequence[str]) -> st
     _check_type(mime, accepted, what)
     encoded = base64.b64encode(raw).decode("ascii")
     return _data_url(mime, encoded, where.name)
+
+
+def data_url_type(data_url: str) -> str:
+    """The media type a data URL (``media_value``'s) names; ``MediaError`` for another text."""
+    match = _DATA_URL.match(data_url)
+    if match is None:
+        raise MediaError("not a data URL with base64 data")
+    return match["type"].lower()
 
 
 def media_block(data_url: str) -> JSONObject:

@@ -9,7 +9,13 @@ What a request means here:
 - The **last user message** is the method's input. A method with one input gets the text
   as it is (one input of another type than string: the text read as JSON); a method with
   several inputs takes the text as a JSON object of inputs; a method without inputs ignores
-  it. Content is a string or a list of text parts (joined by newlines).
+  it. Content is a string or a list of parts: text parts (joined by newlines), and files
+  for the method's file inputs (``runtime.content``): ``image_url`` with a data URL,
+  ``input_audio`` (base64 ``wav`` or ``mp3``), ``file`` with ``file_data`` (a data URL, or
+  base64 with a ``filename``). Each file goes to the first file input, in the order the
+  method declares them, that takes its type and has none yet; the text then fills the
+  other inputs. A file no input takes, an image given by an ``http(s)`` URL (this server
+  fetches nothing) or a ``file_id`` (there is no Files API here) is a 400.
 - **System and earlier messages are ignored**: the method's own instructions and prompt
   are the prompt, so a method answers the same whoever calls it. A conversation belongs to
   the agent (its tools, its ``choices``), not to the client.
@@ -39,17 +45,27 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import mimetypes
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import quote
 
 from aiohttp import web
 
 from ..json_types import JSONObject, JSONValue
 from ..redaction import StreamRedactor, redact
 from ..run.record import RunRecord
+from ..runtime.content import (
+    FORMAT_MEDIA,
+    MediaError,
+    accepts,
+    data_url_type,
+    media_types,
+    media_value,
+)
 from .guard import media_refusal, read_json, shown
 from .served_run import start_run, status_of
 from .sse import EventStream
@@ -172,6 +188,8 @@ class ChatRequest:
     text: str
     stream: bool = False
     include_usage: bool = False
+    #: The files of the last user message, as checked data URLs, with where each was.
+    files: tuple[tuple[str, str], ...] = ()
 
 
 def _bad(message: str, param: str | None = None) -> OpenAIError:
@@ -196,7 +214,7 @@ def parse_chat_request(body: object) -> ChatRequest:
             last_user = i
     if last_user is None:
         raise _bad("'messages' must hold a user message: its text is the method's input.")
-    text = _content_text(messages[last_user].get("content"), f"messages[{last_user}].content")
+    text, files = _content(messages[last_user].get("content"), f"messages[{last_user}].content")
     stream = _optional(body, "stream", bool) or False
     options = _optional(body, "stream_options", dict) or {}
     include_usage = options.get("include_usage", False)
@@ -205,7 +223,7 @@ def parse_chat_request(body: object) -> ChatRequest:
     n = _optional(body, "n", int)
     if n is not None and n != 1:
         raise _bad("'n' must be 1: a method gives one answer per run.", "n")
-    return ChatRequest(model, text, stream, bool(include_usage))
+    return ChatRequest(model, text, stream, bool(include_usage), files)
 
 
 def _optional(body: Mapping[str, object], name: str, kind: type[_T]) -> _T | None:
@@ -218,56 +236,134 @@ def _optional(body: Mapping[str, object], name: str, kind: type[_T]) -> _T | Non
     return value
 
 
-def _content_text(content: object, where: str) -> str:
-    """A message's text: a string, or an array of text parts joined by newlines."""
+def _content(content: object, where: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """A message's text (a string, or its text parts joined by newlines) and its files as
+    checked data URLs, each with where it was."""
     if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts: list[str] = []
-        for i, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text":
-                kind = part.get("type") if isinstance(part, dict) else None
-                got = f" (got '{shown(kind)}')" if isinstance(kind, str) else ""
-                raise _bad(f"{where}[{i}] must be a text part: only text is taken{got}.")
+        return content, ()
+    if not isinstance(content, list):
+        raise _bad(f"{where} must be a string or an array of content parts.")
+    texts: list[str] = []
+    files: list[tuple[str, str]] = []
+    for i, part in enumerate(content):
+        at = f"{where}[{i}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(part, dict) or not isinstance(kind, str):
+            raise _bad(f"{at} must be a content part with a 'type'.")
+        if kind == "text":
             text = part.get("text")
             if not isinstance(text, str):
-                raise _bad(f"{where}[{i}].text must be a string.")
+                raise _bad(f"{at}.text must be a string.")
             texts.append(text)
-        return "\n".join(texts)
-    raise _bad(f"{where} must be a string or an array of text parts.")
+            continue
+        value = _file_part(part, kind, at)
+        try:
+            files.append((media_value(value, FORMAT_MEDIA["file"], at), at))
+        except MediaError as exc:
+            raise _bad(f"{exc}.") from None
+    return "\n".join(texts), tuple(files)
 
 
-def method_inputs(method: Method, text: str) -> dict[str, JSONValue]:
-    """The inputs the last user message's ``text`` gives ``method`` (see the module's doc).
+#: ``input_audio`` formats and their media types.
+_AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mpeg"}
+
+
+def _file_part(part: Mapping[str, object], kind: str, at: str) -> str:
+    """A file part's data: a data URL, or base64 text (``media_value`` checks it)."""
+    body = part.get(kind)
+    if kind not in ("image_url", "input_audio", "file") or not isinstance(body, dict):
+        known = "text, image_url, input_audio or file"
+        got = shown(kind) if kind not in ("image_url", "input_audio", "file") else kind
+        raise _bad(f"{at} must be a content part of type {known} with its object (got '{got}').")
+    if kind == "image_url":
+        url = body.get("url")
+        if not isinstance(url, str):
+            raise _bad(f"{at}.image_url.url must be a string.")
+        if not url.startswith("data:"):
+            raise _bad(
+                f"{at}.image_url.url must be a data URL (data:image/png;base64,…): this server "
+                "fetches no image from the web."
+            )
+        return url
+    if kind == "input_audio":
+        data, audio = body.get("data"), body.get("format")
+        if not isinstance(data, str) or audio not in _AUDIO_FORMATS:
+            raise _bad(f"{at}.input_audio must hold base64 'data' and a 'format' (wav or mp3).")
+        return f"data:{_AUDIO_FORMATS[str(audio)]};base64,{data}"
+    data, filename = body.get("file_data"), body.get("filename")
+    if not isinstance(data, str):
+        why = "there is no Files API here" if "file_id" in body else "it is missing"
+        raise _bad(f"{at}.file.file_data must hold the file (a data URL or base64): {why}.")
+    if data.startswith("data:") or not isinstance(filename, str):
+        return data
+    mime = mimetypes.guess_type(filename)[0]
+    return f"data:{mime};name={quote(filename, safe='')};base64,{data}" if mime else data
+
+
+def method_inputs(
+    method: Method, text: str, files: Sequence[tuple[str, str]] = ()
+) -> dict[str, JSONValue]:
+    """The inputs the last user message's ``text`` and ``files`` give ``method`` (see the
+    module's doc).
 
     The run still checks them against the method's inputs schema.
     """
+    inputs = _file_inputs(method, files) if files else {}
     names = list(method.inputs)
+    if files:  # the text fills the inputs other than files
+        names = [name for name in names if media_types(method.inputs[name]) is None]
     if not names:
-        return {}
+        return inputs
     if len(names) == 1:
         schema = method.inputs[names[0]]
         kind = schema.get("type") if isinstance(schema, Mapping) else None
         if kind in (None, "string"):
-            return {names[0]: text}
+            return {**inputs, names[0]: text}
         try:
-            return {names[0]: read_json(text)}
+            return {**inputs, names[0]: read_json(text)}
         except ValueError:
-            return {names[0]: text}  # the inputs schema says what is wrong with it
+            return {**inputs, names[0]: text}  # the inputs schema says what is wrong with it
     example = ", ".join(f'"{n}": …' for n in names)
     try:
-        inputs = read_json(text)
+        parsed = read_json(text)
     except ValueError as exc:
         raise _bad(
             f"Model '{method.agent}.{method.name}' takes inputs {', '.join(names)}: the last "
             f"user message must be a JSON object {{{example}}} ({exc})."
         ) from None
-    if not isinstance(inputs, dict):
+    if not isinstance(parsed, dict):
         raise _bad(
             f"Model '{method.agent}.{method.name}' takes inputs {', '.join(names)}: the last "
             f"user message must be a JSON object {{{example}}}."
         )
-    return inputs
+    return {**parsed, **inputs}
+
+
+def _file_inputs(method: Method, files: Sequence[tuple[str, str]]) -> dict[str, JSONValue]:
+    """Each file given to the first file input of ``method`` that takes its type and has
+    none yet; a 400 for a file none takes."""
+    declared = {
+        name: accepted
+        for name, schema in method.inputs.items()
+        if (accepted := media_types(schema)) is not None
+    }
+    open_inputs = dict(declared)
+    given: dict[str, JSONValue] = {}
+    for data_url, at in files:
+        mime = data_url_type(data_url)
+        name = next((n for n, accepted in open_inputs.items() if accepts(accepted, mime)), None)
+        if name is None:
+            takes = "; ".join(f"{n} takes {', '.join(a)}" for n, a in open_inputs.items())
+            why = takes or "each of its file inputs has a file already"
+            raise _bad(
+                f"{at}: model '{method.agent}.{method.name}' cannot take this {mime} file: "
+                + (why if declared else "it takes no file")
+                + ".",
+                "messages",
+            )
+        given[name] = data_url
+        del open_inputs[name]
+    return given
 
 
 # --- the response ------------------------------------------------------------------------
@@ -443,7 +539,7 @@ async def _chat(state: ServeState, request: web.Request) -> web.StreamResponse:
     chat = parse_chat_request(await _read_body(request))
     program, stamp = state.holder.snapshot()
     method = find_method(program, chat.model)
-    inputs = method_inputs(method, chat.text)
+    inputs = method_inputs(method, chat.text, chat.files)
     agent = program.agents[method.agent]
     created = int(time.time())
     if not chat.stream:

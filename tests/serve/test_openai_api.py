@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import queue
 import threading
@@ -127,9 +128,14 @@ def test_the_last_user_message_is_the_input_and_earlier_messages_are_ignored() -
         ({"model": "desk.answer", "messages": []}, "'messages' must be a non-empty array"),
         ({"model": "desk.answer", "messages": ["hi"]}, "messages[0] must be an object"),
         ({**user("x"), "messages": [{"role": "system", "content": "x"}]}, "must hold a user"),
-        (user(42), "messages[0].content must be a string or an array of text parts"),
-        (user(None), "messages[0].content must be a string or an array of text parts"),
-        (user([{"type": "image_url", "image_url": {}}]), "only text is taken (got 'image_url')"),
+        (user(42), "messages[0].content must be a string or an array of content parts"),
+        (user(None), "messages[0].content must be a string or an array of content parts"),
+        (user([{"type": "image_url", "image_url": {}}]), "content[0].image_url.url must be a"),
+        (user([{"type": "video_url", "video_url": {}}]), "type text, image_url, input_audio or"),
+        (user([{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]), "a data URL"),
+        (user([{"type": "file", "file": {"file_id": "file-1"}}]), "there is no Files API here"),
+        (user([{"type": "input_audio", "input_audio": {"data": "AA=="}}]), "(wav or mp3)"),
+        (user([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]), "base64"),
         ({**user("x"), "stream": "yes"}, "'stream' must be a boolean"),
         ({**user("x"), "stream_options": []}, "'stream_options' must be an object"),
         ({**user("x"), "n": 2}, "'n' must be 1"),
@@ -583,3 +589,110 @@ def test_the_text_of_a_method_called_as_a_tool_is_not_streamed_as_the_answer(wri
     assert content is not None and content.startswith("test reply to: Answer: my printer")
     assert "tool results: lookup: test reply to: Look up:" in content
     assert streamed == content
+
+
+# --- files: image_url, input_audio and file parts onto the method's file inputs ----------
+
+LOOKER = """
+version: 1
+name: looker
+model: test
+methods:
+  look:
+    inputs:
+      question: {type: string}
+      photo: {type: string, format: image}
+      clip: {type: string, contentMediaType: audio/*, default: ""}
+    prompt: "{{ question }}"
+  read:
+    inputs: {report: {type: string, format: pdf}}
+    prompt: "Summarise the report."
+"""
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(24)
+WAV = b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(16)
+PDF = b"%PDF-1.4\n%%EOF\n"
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def test_files_in_content_parts_fill_the_methods_file_inputs(write) -> None:  # type: ignore[no-untyped-def]
+    with serving(write("looker.yaml", LOOKER)) as url, client(url) as openai:
+        looked = openai.chat.completions.create(
+            model="looker.look",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "What is in it?"},
+                        {
+                            "type": "image_url",
+                            "image_url": {"url": f"data:image/png;base64,{_b64(PNG)}"},
+                        },
+                        {
+                            "type": "input_audio",
+                            "input_audio": {"data": _b64(WAV), "format": "wav"},
+                        },
+                    ],
+                }
+            ],
+        )
+        read = openai.chat.completions.create(
+            model="read",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "file", "file": {"file_data": _b64(PDF), "filename": "q3.pdf"}}
+                    ],
+                }
+            ],
+        )
+        runs = [
+            httpx.get(f"{url.removesuffix('/v1')}/runs/{c.id.removeprefix('chatcmpl-')}").json()
+            for c in (looked, read)
+        ]
+    look_inputs, read_inputs = (run["record"]["inputs"] for run in runs)
+    assert look_inputs["question"] == "What is in it?"
+    assert look_inputs["photo"] == f"data:image/png;base64,{_b64(PNG)}"
+    assert look_inputs["clip"] == f"data:audio/wav;base64,{_b64(WAV)}"
+    assert read_inputs == {"report": f"data:application/pdf;name=q3.pdf;base64,{_b64(PDF)}"}
+    assert looked.choices[0].message.content and read.choices[0].message.content
+
+
+def test_a_file_the_method_cannot_take_is_an_openai_400(write) -> None:  # type: ignore[no-untyped-def]
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{_b64(PNG)}"}}
+    with serving(write("looker.yaml", LOOKER)) as url, client(url) as openai:
+        with pytest.raises(openai_sdk.BadRequestError) as wrong_type:
+            openai.chat.completions.create(
+                model="looker.read", messages=[{"role": "user", "content": [image]}]
+            )
+        with pytest.raises(openai_sdk.BadRequestError) as two_images:
+            openai.chat.completions.create(
+                model="looker.look",
+                messages=[
+                    {"role": "user", "content": [{"type": "text", "text": "?"}, image, image]}
+                ],
+            )
+        with pytest.raises(openai_sdk.BadRequestError) as web_image:
+            openai.chat.completions.create(
+                model="looker.look",
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}
+                        ],
+                    }
+                ],
+            )
+    assert wrong_type.value.param == "messages"
+    assert "cannot take this image/png file: report takes application/pdf" in (
+        wrong_type.value.message
+    )
+    assert "content[2]" in two_images.value.message and "clip takes audio/*" in (
+        two_images.value.message
+    )
+    assert "must be a data URL" in web_image.value.message
