@@ -301,8 +301,8 @@ def _compile_agents(
                 continue
             agent = compiled
             files, settled = file_reads({path, *agent_col.files}, started_ns, checked.digests)
-            own = ReadSet(files, tuple(sorted(agent_col.lookups.items())))
-            own = dataclasses.replace(own, env=_env_reads(doc.env_names, env))
+            lookups = tuple(sorted(agent_col.lookups.items()))
+            own = ReadSet(files, lookups, env=_env_reads(doc.env_names, env))
             reads.append(own)
             if settled:  # else compiled again next time: it may have changed unseen
                 build.agents[path] = KeptAgent(
