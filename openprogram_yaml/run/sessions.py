@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..redaction import redact
+from ..runtime.content import media_types
 from ..runtimes.protocol import Message
 
 if TYPE_CHECKING:
@@ -419,11 +420,17 @@ def _now() -> str:
 
 def chat_input(method: Method, fixed: Collection[str] = ()) -> str:
     """The input a person's message goes into: the one input of ``method`` not in ``fixed``
-    (inputs given otherwise, ``-i NAME=VALUE``) that has no default.
+    (inputs given otherwise, ``-i NAME=VALUE``) that has no default. File inputs (images,
+    PDFs, audio: ``runtime.content.media_types``) never take the message: a chat attaches
+    files to a message (``/file``).
 
     Raises ``UsageError`` with a hint when there is not exactly one.
     """
-    open_inputs = [name for name in method.inputs if name not in fixed]
+    open_inputs = [
+        name
+        for name, schema in method.inputs.items()
+        if name not in fixed and media_types(schema) is None
+    ]
     if len(open_inputs) == 1:
         return open_inputs[0]
     required = [n for n in open_inputs if not _has_default(method.inputs[n])]

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from prompt_toolkit.history import FileHistory
 
     from ..compile.program import Program
+    from ..json_types import JSONValue
     from ..run.record import RunRecord
     from ..run.reload import ProgramHolder, ReloadEvent
     from ..run.service import RunService
@@ -51,6 +52,8 @@ Type a message and press Enter; the answer streams below it.
   /help          this text
   /reset         start a new session (the current one is kept)
   /model [NAME]  show the model, or answer with NAME from now on (e.g. openai:gpt-4o)
+  /file NAME=@PATH  attach a file (an image, a PDF, audio) as the file input NAME of
+                 your next message (the session keeps the messages' text only)
   /save [FILE]   write the session as JSON Lines to FILE (default: SESSION.jsonl)
   /exit          leave (as Ctrl-D does)
 Ctrl-C cancels an answer while it comes; Ctrl-D leaves."""
@@ -154,6 +157,8 @@ class _Chat:
         method = agent.method(name or None)
         self.agent, self.method = agent.name, method.name
         self.fixed = input_items(args.input, method)
+        #: Files attached (``/file``) to the next message, by input name.
+        self.attached: dict[str, JSONValue] = {}
         self.message_input = chat_input(method, self.fixed)
         self.model: str | None = args.model
         self.store = SessionStore(sessions_path(program.root))
@@ -275,7 +280,8 @@ class _Chat:
             streams_text=lambda a, m: _answers_text(program, a, m),
         )
         self.display_clear = display.clear
-        inputs = {**self.fixed, self.message_input: line}
+        inputs = {**self.fixed, **self.attached, self.message_input: line}
+        self.attached = {}  # they go with this message only
         task = service.start(
             self.agent,
             self.method,
@@ -305,6 +311,29 @@ class _Chat:
 
     # --- commands -----------------------------------------------------------------------
 
+    def _attach(self, item: str) -> None:
+        """``/file NAME=@PATH``: the file read as ``-i NAME=@PATH`` reads it, kept for the
+        next message."""
+        from ..runtime.content import MediaError, read_media_file
+
+        program, _ = self.holder.snapshot()
+        files = _file_inputs(program, self.agent, self.method)
+        name, sep, value = item.partition("=")
+        if not sep or not value.startswith("@"):
+            known = f" (file inputs: {', '.join(files)})" if files else ""
+            _say(f"usage: /file NAME=@PATH{known}")
+            return
+        if name not in files:
+            takes = f"its file inputs: {', '.join(files)}" if files else "it takes no file"
+            _say(f"error: /file {name}: {self.where} has no file input '{name}'; {takes}")
+            return
+        try:
+            self.attached[name] = read_media_file(value[1:], files[name])
+        except MediaError as exc:
+            _say(f"error: /file {name}: {exc}", self.secrets)
+            return
+        _say(f"attached {value[1:]} as {name}; it goes with your next message", self.secrets)
+
     def _command(self, line: str) -> bool:
         """Do a /command; False when the chat should end."""
         name, _, rest = line.partition(" ")
@@ -322,6 +351,8 @@ class _Chat:
                 self.model = rest
             program, _ = self.holder.snapshot()
             _say(f"model: {self.model or _method_model(program, self.agent, self.method)}")
+        elif name == "/file":
+            self._attach(rest)
         elif name == "/save":
             target = Path(rest or f"{self.session}.jsonl")
             try:
@@ -336,6 +367,18 @@ class _Chat:
         else:
             _say(f"unknown command {name}; /help lists them")
         return True
+
+
+def _file_inputs(program: Program, agent: str, method: str) -> dict[str, tuple[str, ...]]:
+    """The file inputs of ``agent.method`` and the media types each takes (none when the
+    method is gone from the files)."""
+    from ..runtime.content import media_types
+
+    try:
+        found = program.agent(agent).method(method)
+    except UsageError:
+        return {}
+    return {n: a for n, s in found.inputs.items() if (a := media_types(s)) is not None}
 
 
 def _redacted_history(path: str, secrets: Callable[[], frozenset[str]]) -> FileHistory:

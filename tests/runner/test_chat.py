@@ -7,6 +7,7 @@ reaches."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -428,3 +429,53 @@ def test_a_structured_answer_shows_control_characters_as_text(tmp_path: Path) ->
             assert term.close() == 0
     assert "\x9b" not in shown
     assert '{"mood": "a\\x9b31mb"}' in shown
+
+
+LOOKER = """\
+version: 1
+name: looker
+model: local:llama3
+retry: {max_retries: 1}
+runtimes:
+  - {match: "local:*", runtime: openai, options: {base_url: "%s", api_key_env: PAL_KEY}}
+methods:
+  ask:
+    inputs:
+      question: {type: string}
+      photo: {type: string, format: image}
+    prompt: "{{ question }}"
+"""
+
+
+def test_a_file_attached_with_slash_file_goes_with_the_next_message_only(tmp_path: Path) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + bytes(24)
+    (tmp_path / "cat.png").write_bytes(png)
+    with LoopbackServer() as server:
+        (tmp_path / "looker.yaml").write_text(LOOKER % (server.url + "/v1"))
+        server.add(_answer("A cat."))
+        with _chat(["looker.yaml"], tmp_path) as term:
+            term.wait_for(PROMPT)
+            term.type("/file photo=@missing.png\r")
+            term.wait_for("error: /file photo: cannot read file 'missing.png': file not found")
+            term.wait_for(PROMPT)
+            term.type("/file question=@cat.png\r")
+            term.wait_for("has no file input 'question'; its file inputs: photo")
+            term.wait_for(PROMPT)
+            term.type("/file photo=@cat.png\r")
+            term.wait_for("attached cat.png as photo; it goes with your next message")
+            term.wait_for(PROMPT)
+            term.type("what is this?\r")
+            term.wait_for("A cat.")
+            term.wait_for(PROMPT)
+            term.type("and this?\r")  # no file attached again: the method needs one
+            term.wait_for("'photo' is a required property")
+            term.wait_for(PROMPT)
+            assert term.close() == 0
+        requests = server.requests
+    assert len(requests) == 1
+    [asked] = [m for m in requests[0].json["messages"] if m["role"] == "user"]
+    parts = {part["type"]: part for part in asked["content"]}
+    assert parts["text"]["text"] == "what is this?"
+    assert parts["image_url"]["image_url"]["url"] == (
+        "data:image/png;base64," + base64.b64encode(png).decode()
+    )
