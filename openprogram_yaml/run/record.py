@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..compile.program import Agent
     from ..runtime.trace import SessionTrace
 
-__all__ = ["RecordLog", "RunRecord", "append_trace", "error_dict", "run_secrets"]
+__all__ = ["RecordLog", "RunRecord", "append_trace", "environ_secrets", "error_dict", "run_secrets"]
 
 Status = Literal["ok", "failed", "interrupted"]
 
@@ -110,7 +110,7 @@ def run_secrets(agent: Agent, environ: Mapping[str, str] | None = None) -> froze
     their keys then.
     """
     found = set(agent.secrets)
-    found |= _ENVIRON_SECRETS.get() if environ is None else env_secrets(environ)
+    found |= environ_secrets() if environ is None else env_secrets(environ)
     for rule in agent.runtime_rules:
         found |= secrets_in_options(rule.options, environ)
     for provider in agent.providers.values():
@@ -144,8 +144,14 @@ class _EnvironSecrets:
         return found
 
 
-#: The one owner of the environment's secrets as last walked (``run_secrets``).
+#: The one owner of the environment's secrets as last walked (``environ_secrets``).
 _ENVIRON_SECRETS = _EnvironSecrets()
+
+
+def environ_secrets() -> frozenset[str]:
+    """``redaction.env_secrets()`` of ``os.environ`` as it is now, the walk reused while
+    the environment is unchanged."""
+    return _ENVIRON_SECRETS.get()
 
 
 def error_dict(exc: BaseException) -> dict[str, object]:

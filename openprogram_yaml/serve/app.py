@@ -49,9 +49,9 @@ from aiohttp import web
 
 from ..access import is_loopback, token_matches
 from ..json_types import JSONObject
-from ..redaction import env_secrets, redact
+from ..redaction import redact
 from ..run.questions import PendingQuestions
-from ..run.record import run_secrets
+from ..run.record import environ_secrets, run_secrets
 from ..run.reload import ProgramHolder
 from ..run.service import RunService
 from ..run.sessions import SessionStore, sessions_path
@@ -153,18 +153,19 @@ class ServeState:
 
         The agents' are worked out once per program version (their ``${env:…}`` values and
         runtime keys are the version's: 502 agents took 10 ms a request); the environment,
-        which the process may change, is walked on each call, as each run walks it.
+        which the process may change, is read on each call, as each run reads it
+        (``environ_secrets``).
         """
         program = self.holder.program
         if program is None:
-            return self.secrets_of_server() | env_secrets()
+            return self.secrets_of_server() | environ_secrets()
         cached = self._agent_secrets
         if cached is None or cached[0] is not program:
             found: set[str] = set()
             for agent in program.agents.values():
                 found |= run_secrets(agent)
             cached = self._agent_secrets = (program, frozenset(found))
-        return cached[1] | env_secrets() | self.secrets_of_server()
+        return cached[1] | environ_secrets() | self.secrets_of_server()
 
     def secrets_of_run(self, agent: Agent) -> frozenset[str]:
         """What a run of ``agent`` must not show (``run_secrets``), and the token: for what
