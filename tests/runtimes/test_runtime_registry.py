@@ -280,3 +280,11 @@ def test_a_model_a_builtin_serves_is_selected_without_discovering_plugins(
     with pytest.warns(RuntimeWarning, match="'test' from claimant is ignored"):
         names = registry.list_names()
     assert names[: len(reg._BUILTINS)] == list(reg._BUILTINS)
+
+
+def test_a_builtin_loads_what_its_entry_point_loads() -> None:
+    from importlib.metadata import EntryPoint
+
+    for name, value in reg._BUILTINS.items():
+        own = reg._OwnEntryPoint(name, value)
+        assert own.load() is EntryPoint(name, value, reg.ENTRY_POINT_GROUP).load(), name
