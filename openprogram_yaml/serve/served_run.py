@@ -141,6 +141,8 @@ async def start_run(
         except UsageError as exc:  # a bad name; a store that cannot be opened
             raise Refused(400, str(exc)) from None
         turn = (session, user_text(agent.methods[method], inputs))
+        if state.service.closing:  # it began to while the store was read
+            raise Refused(503, "the server is shutting down")
     trace = SessionTrace()
     task = state.service.start(
         agent.name, method, inputs, model=model, trace=trace, on_event=on_event, history=history
