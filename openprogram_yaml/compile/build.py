@@ -308,6 +308,9 @@ class Build:
     paths: dict[str, Path] = field(default_factory=dict)
     #: Compiles begun with this build.
     compiles: int = 0
+    #: Whether the agents compiled are kept for the next compile; False for a build made
+    #: for one compile (``compile_path`` given none), which nothing would reuse.
+    keeps_agents: bool = True
     #: For recent compiles: the paths a watcher reported changed just before it, or None
     #: when nobody said (every read was checked then).
     _reports: dict[int, frozenset[str] | None] = field(default_factory=dict, init=False)

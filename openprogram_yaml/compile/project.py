@@ -246,7 +246,7 @@ def compile_agent_files(
     without it everything is read anew. Raises ``ConfigError`` with every problem of every
     file.
     """
-    build = build or Build(environ)
+    build = build or Build(environ, keeps_agents=False)
     col = collector or Collector()
     # A project's files come resolved from ``load_project``; others are resolved here.
     resolved = list(paths) if context is not None else [p.resolve() for p in paths]
@@ -266,7 +266,10 @@ def _compile_agents(
     schema_files = SchemaFiles()
     resolutions = Resolutions()
     agents: dict[str, Agent] = {}
-    docs: dict[str, AgentDocument] = {}
+    # Only the documents of agents with tests are kept to the end: a document with its
+    # source map weighs more than the agent compiled from it.
+    tested: dict[str, AgentDocument] = {}
+    env_names = {name for name, _ in ctx.env}
     failed: dict[str, Path] = {}  # agents whose files have errors, by name
     reads: list[ReadSet] = []
     for path in resolved:
@@ -304,7 +307,8 @@ def _compile_agents(
             lookups = tuple(sorted(agent_col.lookups.items()))
             own = ReadSet(files, lookups, env=_env_reads(doc.env_names, env))
             reads.append(own)
-            if settled:  # else compiled again next time: it may have changed unseen
+            # Unsettled: compiled again next time, as it may have changed unseen.
+            if settled and build.keeps_agents:
                 build.agents[path] = KeptAgent(
                     ctx_key,
                     doc,
@@ -323,25 +327,24 @@ def _compile_agents(
             )
             continue
         agents[agent.name] = agent
-        docs[agent.name] = doc
-    _link_method_tools(agents, col, failed)
-    tests: list[CompiledTest] = []
-    env_names = {name for name, _ in ctx.env}
-    for name, doc in docs.items():
         env_names |= doc.env_names
         if doc.spec.tests:
-            from .prompt_tests import compile_tests  # most agent files keep no tests
+            tested[agent.name] = doc
+    _link_method_tools(agents, col, failed)
+    tests: list[CompiledTest] = []
+    for name, doc in tested.items():
+        from .prompt_tests import compile_tests  # most agent files keep no tests
 
-            tests += compile_tests(
-                doc.spec.tests,
-                agents[name],
-                doc.source,
-                ("tests",),
-                doc.path,
-                ctx,
-                col,
-                judge_model=ctx.judge_model,
-            )
+        tests += compile_tests(
+            doc.spec.tests,
+            agents[name],
+            doc.source,
+            ("tests",),
+            doc.path,
+            ctx,
+            col,
+            judge_model=ctx.judge_model,
+        )
     for test_file in ctx.test_files:
         tests += _compile_test_file(test_file, agents, ctx, col, build.environ, env_names, failed)
     if col.diagnostics:
@@ -435,7 +438,7 @@ def compile_path(
 
     ``build``: see ``compile_agent_files``.
     """
-    build = build or Build(environ)
+    build = build or Build(environ, keeps_agents=False)
     started_ns = time.time_ns()
     if not path.exists():
         raise ConfigError(Diagnostic(str(path), 0, 0, "no such file or folder"))
