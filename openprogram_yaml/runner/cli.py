@@ -344,7 +344,6 @@ def _cmd_run(argv: Sequence[str]) -> int:
 
     with contextlib.suppress(Exception):
         method.prepare_templates()
-    _startup_done()
     try:
         record, code = _run_to_the_end(
             execute_run(
@@ -430,7 +429,9 @@ def _terminal_asker(status: _Status | RunDisplay, secrets: frozenset[str]) -> Te
 def _run_to_the_end(run: Coroutine[object, object, RunRecord]) -> tuple[RunRecord, int]:
     """The record ``run`` returns, and the exit status. SIGTERM ends the run as Ctrl-C does
     (asyncio cancels the run on SIGINT): it is recorded as interrupted, and its trace and
-    record are still written; the status is then 143 (128 + SIGTERM), as a shell says."""
+    record are still written; the status is then 143 (128 + SIGTERM), as a shell says.
+    Start-up ends (``_startup_done``) when the run first waits: its first step readies the
+    first request (a provider's HTTP library is imported then) with the collector still off."""
     import asyncio
     import signal
 
@@ -438,6 +439,7 @@ def _run_to_the_end(run: Coroutine[object, object, RunRecord]) -> tuple[RunRecor
 
     async def main() -> RunRecord:
         task = asyncio.ensure_future(run)
+        asyncio.get_running_loop().call_soon(_startup_done)  # queued behind the run's first step
 
         def terminate() -> None:
             nonlocal terminated
@@ -1280,7 +1282,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 # Start-up makes tens of thousands of objects that live as long as the process does:
 # modules, classes, the compiled program. Cyclic collections over them find nothing yet
 # cost about a tenth of an offline run, so the console script keeps the collector off until
-# the run is about to start (`_startup_done`: the program built, the inputs checked), then
+# the run is about to start (`_startup_done`: the program built, the inputs checked; for a
+# plain run, once its first step has readied the first request and it waits), then
 # freezes what start-up made, so that no later collection walks it, and turns the collector
 # back on for the run, which may be long. Commands that run no model (check, render, lock,
 # schema, runtimes) keep it off to the end. At exit the survivors are frozen too: the
