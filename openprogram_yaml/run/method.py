@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DecisionError, ToolError
@@ -103,43 +104,33 @@ async def _call(
 ) -> JSONValue:
     content = method.render(values)
     opts = method.options
-    kwargs: dict[str, Any] = {}
-    if opts.tool_choice is not None:
-        kwargs["tool_choice"] = opts.tool_choice
-    if opts.parallel_tool_calls is not None:
-        kwargs["parallel_tool_calls"] = opts.parallel_tool_calls
-    # A YAML method keeps exec()'s cap of 20 when it sets none (async_exec's default is none).
-    kwargs["max_iterations"] = 20 if opts.max_iterations is None else opts.max_iterations
-    if method.choices:
-        kwargs["choices"] = _choices(method, runtime, given, model, state, step)
-    model_options = {
-        "temperature": opts.temperature,
-        "max_tokens": opts.max_tokens,
-        "thinking_level": opts.thinking_level,
+    # Everything async_exec is given but the model: the same for each model tried.
+    call: dict[str, Any] = {
+        "timeout_s": opts.timeout_s,
+        "toolset": method.toolset,
+        "tools_allow": method.tools_allow,
+        "tools_deny": method.tools_deny,
+        "model_options": {
+            "temperature": opts.temperature,
+            "max_tokens": opts.max_tokens,
+            "thinking_level": opts.thinking_level,
+        },
+        "history": history,
+        # A YAML method keeps exec()'s cap of 20 when it sets none (async_exec's is none).
+        "max_iterations": 20 if opts.max_iterations is None else opts.max_iterations,
     }
-
-    async def attempt(model_ref: str | None) -> JSONValue:
-        # A method's reply is text, a JSON value (response_format) or what its choices give.
-        result: JSONValue = await runtime.async_exec(
-            content,
-            response_format=dict(method.response_format) if method.response_format else None,
-            model=model_ref,
-            timeout_s=opts.timeout_s,
-            toolset=method.toolset,
-            tools_allow=method.tools_allow,
-            tools_deny=method.tools_deny,
-            model_options=model_options,
-            history=history,
-            **kwargs,
-        )
-        return result
-
+    if opts.tool_choice is not None:
+        call["tool_choice"] = opts.tool_choice
+    if opts.parallel_tool_calls is not None:
+        call["parallel_tool_calls"] = opts.parallel_tool_calls
+    if method.choices:
+        call["choices"] = _choices(method, runtime, given, model, state, step)
     chosen = model or opts.model
     if len(state.models) < 2 or chosen != state.models[0]:
-        return await attempt(chosen)
+        return await _exec(runtime, method, content, call, chosen)
     result, answered = await with_fallbacks(
         state.models,
-        attempt,
+        partial(_exec, runtime, method, content, call),
         runtime=runtime,
         where=f"{method.agent}.{method.name}",
         log=state.fallbacks,
@@ -147,6 +138,24 @@ async def _call(
     )
     if answered != state.models[0]:
         step["answered_by"] = answered  # the record's path says who answered this method
+    return result
+
+
+async def _exec(
+    runtime: Runtime,
+    method: Method,
+    content: list[JSONObject],
+    call: Mapping[str, Any],
+    model_ref: str | None,
+) -> JSONValue:
+    """One model's try at the method's call (``call``: ``async_exec``'s other arguments)."""
+    # A method's reply is text, a JSON value (response_format) or what its choices give.
+    result: JSONValue = await runtime.async_exec(
+        content,
+        response_format=dict(method.response_format) if method.response_format else None,
+        model=model_ref,
+        **call,
+    )
     return result
 
 
