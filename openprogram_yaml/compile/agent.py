@@ -118,11 +118,13 @@ def _template(
             return None
         col.files.add(target)
         origin = TextOrigin(shown, 1, 1, "file")
+        real_path = target
     else:
         assert inline is not None
         origin = source.origin(loc)
         text = inline
-    return col.template(engine, text, origin, declared, name, declared_by)
+        real_path = path
+    return col.template(engine, text, origin, declared, name, declared_by, real_path)
 
 
 def _response_format(

@@ -83,10 +83,12 @@ class Collector:
         declared: Iterable[str],
         name: str,
         declared_by: str,
+        real_path: Path | None = None,
     ) -> CompiledTemplate | None:
         """Compile a template, keeping its problems and the files it pulls in.
 
         A text holding one of ``secrets`` is never written to the template code cache.
+        ``real_path``: the file the template is in, links resolved, when the caller has it.
         """
         try:
             compiled = engine.compile(
@@ -97,6 +99,7 @@ class Collector:
                 declared_by=declared_by,
                 cache_code=not any(secret in text for secret in self.secrets),
                 lookups=self.lookups,
+                real_path=real_path,
             )
         except ConfigError as exc:
             self._keep(exc.diagnostics)

@@ -199,11 +199,19 @@ class _Bundler:
         prefix: str,
     ) -> Any:
         if isinstance(node, list):
-            return [self.walk(v, base, where, (*loc, i), stack, prefix) for i, v in enumerate(node)]
+            return [
+                self.walk(v, base, where, (*loc, i), stack, prefix)
+                if isinstance(v, (dict, list))
+                else v
+                for i, v in enumerate(node)
+            ]
         if not isinstance(node, dict):
             return node
         out: dict[str, Any] = {}
         for key, value in node.items():
+            if not isinstance(value, (dict, list)) and key != "$ref":
+                out[key] = value  # most values: a type name, a description, a bound
+                continue
             if key == "$ref" and isinstance(value, str):
                 replaced = self.ref(value, base, where, (*loc, key), stack, prefix)
                 if isinstance(replaced, dict) and len(node) == 1:

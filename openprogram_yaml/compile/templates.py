@@ -200,6 +200,7 @@ class TemplateEngine:
         declared_by: str = "the method",
         cache_code: bool = True,
         lookups: dict[str, str] | None = None,
+        real_path: Path | None = None,
     ) -> CompiledTemplate:
         """Check ``source`` and every template it pulls in; raise ConfigError listing all
         problems, or return a template ready to render.
@@ -209,10 +210,11 @@ class TemplateEngine:
         ``cache_code=False`` keeps the code Jinja generates for it out of the template code
         cache (for a source holding a secret). ``lookups`` receives every path looked at
         while resolving template names, with what was there (``paths.entry_kind``).
+        ``real_path``: the file at ``origin``, links resolved, when the caller has it.
         """
 
         template_name = name or str(origin.start)
-        base_dir = _resolved_folder(origin.path)
+        base_dir = real_path.parent if real_path is not None else _resolved_folder(origin.path)
         checked_key = (
             source,
             frozenset(declared),
@@ -248,7 +250,7 @@ class TemplateEngine:
                 sees_inputs=True,
                 local_names=frozenset(),
                 # A prompt_file that pulls itself in is a cycle too.
-                chain=(_resolved(origin.path),) if origin.style == "file" else (),
+                chain=(real_path or _resolved(origin.path),) if origin.style == "file" else (),
                 pulled_in="",
             )
             self._check_unit(root, check)
