@@ -152,3 +152,18 @@ def test_a_link_changed_between_compiles_is_seen(tmp_path: Path) -> None:
     (root / "via").symlink_to(outside, target_is_directory=True)
     with pytest.raises(ConfigError, match="leaves the project root"):
         compile_path(root)
+
+
+def test_a_linked_agent_files_inline_template_includes_beside_its_target(tmp_path: Path) -> None:
+    (tmp_path / "openprogram.yaml").write_text("version: 1\nagents: [agents/*.yaml]\n")
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "part.j2").write_text("part {{ q }}", encoding="utf-8")
+    text = AGENT.format(name="a").replace(
+        "prompt_file: ../shared/ask.j2", "prompt: '{% include \"part.j2\" %}!'"
+    )
+    (tmp_path / "real" / "a.yaml").write_text(text, encoding="utf-8")
+    (tmp_path / "agents" / "a.yaml").symlink_to(tmp_path / "real" / "a.yaml")
+    prompt = compile_path(tmp_path).agents["a"].methods["ask"].prompt
+    assert prompt.render({"q": "x"}) == "part x!"
+    assert prompt.files == frozenset({tmp_path.resolve() / "real" / "part.j2"})
