@@ -242,6 +242,10 @@ def main() -> None:
     )
     _line(f"Runtime ({args.rounds} rounds x {args.calls})", bare, ours)
     _line(f"CLI on a pty ({args.cli_runs} runs)", on_cli["bare"], on_cli["cli"])
+    # Beside the goal's figure (medians of each side): the same runs paired, each CLI run
+    # against the bare run just before or after it, which a machine's drift moves less.
+    paired = median([o / b for o, b in zip(on_cli["cli"], on_cli["bare"], strict=True)])
+    report("CLI on a pty: median of per-run ratios", f"{paired:.2f}x", "(for comparison)")
     plain = median(on_cli["no_stream"])
     report("CLI --no-stream: the whole answer", f"{plain * 1000:.2f} ms", "(for comparison)")
 
