@@ -138,13 +138,15 @@ def _file_stamp(path: str) -> tuple[int, int] | None:
 
 #: What a successful check found: variables read, the files pulled in (their text and
 #: stamps), the names the includes resolved to, and every path the resolving looked at
-#: with what was there (a template appearing in an earlier folder changes a resolution).
+#: with what was there (a template appearing in an earlier folder changes a resolution);
+#: last, the files pulled in as paths, made once for every template compiled from it.
 _Checked = tuple[
     frozenset[str],
     dict[str, str],
     dict[tuple[str, str], str],
     dict[str, tuple[int, int] | None],
     dict[str, str],
+    frozenset[Path],
 ]
 _CHECKED_KEPT = 8192
 _ANALYSES_KEPT = 4096
@@ -235,7 +237,7 @@ class TemplateEngine:
             if lookups is not None:
                 lookups.update(known[4])
             return self._compiled(
-                source, template_name, origin, variables, sources, links, cache_code
+                source, template_name, origin, variables, sources, links, known[5], cache_code
             )
         check = _Check(frozenset(declared), declared_by)
         analysis, problems = self._parse(source, template_name, origin)
@@ -262,11 +264,13 @@ class TemplateEngine:
         if len(self._checked) >= _CHECKED_KEPT:
             self._checked.clear()
         stamps = {key: _file_stamp(key) for key in sources}
-        self._checked[checked_key] = (variables, sources, dict(check.links), stamps, check.lookups)
+        files = frozenset(Path(key) for key in sources)
+        links = dict(check.links)
+        self._checked[checked_key] = (variables, sources, links, stamps, check.lookups, files)
         if lookups is not None:
             lookups.update(check.lookups)
         return self._compiled(
-            source, template_name, origin, variables, sources, check.links, cache_code
+            source, template_name, origin, variables, sources, links, files, cache_code
         )
 
     @staticmethod
@@ -277,13 +281,14 @@ class TemplateEngine:
         variables: frozenset[str],
         sources: Mapping[str, str],
         links: Mapping[tuple[str, str], str],
+        files: frozenset[Path],
         cache_code: bool,
     ) -> CompiledTemplate:
         return CompiledTemplate(
             name=template_name,
             source=source,
             variables=variables,
-            files=frozenset(Path(key) for key in sources),
+            files=files,
             origin=origin,
             _sources=dict(sources),
             _links=dict(links),
