@@ -313,7 +313,12 @@ def test_a_fresh_process_runs_from_the_entry_another_process_wrote(agent: Path) 
         assert run.stdout.splitlines()[-1] == "0", run.stderr
 
 
+# A filter: text and ``{{ name }}`` alone render without Jinja, and keep no code.
+JINJA_GREETING = "{{ greeting }}, {{ who | trim }}!\n"
+
+
 def test_template_code_is_kept_and_checked_against_the_source(agent: Path) -> None:
+    (agent.parent / "prompts" / "greet.j2").write_text(JINJA_GREETING)
     program = cache.compile_cached(agent)
     assert program.agent("greeter").method("greet").render({"who": "Ada"})[-1]["text"] == (
         "Hello, Ada!\n"
@@ -322,7 +327,7 @@ def test_template_code_is_kept_and_checked_against_the_source(agent: Path) -> No
     assert folder is not None
     (kept,) = folder.glob("templates-*")
     assert any(kept.iterdir())  # the generated code of the template
-    (agent.parent / "prompts" / "greet.j2").write_text("Bye, {{ who }}!\n")  # same name, file
+    (agent.parent / "prompts" / "greet.j2").write_text("Bye, {{ who | trim }}!\n")  # same name
     program = cache.compile_cached(agent)
     assert program.agent("greeter").method("greet").render({"who": "Ada"})[-1]["text"] == (
         "Bye, Ada!\n"
@@ -332,6 +337,7 @@ def test_template_code_is_kept_and_checked_against_the_source(agent: Path) -> No
 def test_no_template_code_is_kept_with_the_cache_off(
     agent: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    (agent.parent / "prompts" / "greet.j2").write_text(JINJA_GREETING)
     folder = cache.cache_folder()
     monkeypatch.setenv("OPENPROGRAM_CACHE", "off")
     program = cache.compile_cached(agent)

@@ -56,7 +56,8 @@ def settle(root: Path, seconds_ago: float = 10.0) -> None:
 
 def write_agent(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "greet.j2").write_text("Hello, {{ who }}!\n")
+    # A filter: text and ``{{ name }}`` alone render without Jinja and keep no code.
+    (folder / "greet.j2").write_text("Hello, {{ who | trim }}!\n")
     path = folder / "greeter.yaml"
     path.write_text(AGENT)
     return path

@@ -60,7 +60,7 @@ def test_a_secret_in_a_template_is_not_written_to_the_template_code_cache(
         version: 1
         name: shop
         model: test
-        instructions: "You answer for the shop. Its token is ${env:SHOP_TOKEN}."
+        instructions: "You answer for the shop{# through Jinja #}. Its token is ${env:SHOP_TOKEN}."
         tools:
           lookup_order:
             parameters: {type: object, properties: {id: {type: string}}, required: [id]}
@@ -69,7 +69,7 @@ def test_a_secret_in_a_template_is_not_written_to_the_template_code_cache(
         methods:
           ask:
             inputs: {q: {type: string}}
-            prompt: "Answer: {{ q }}"
+            prompt: "Answer: {{ q | trim }}"
             toolset: none
         """,
     )
