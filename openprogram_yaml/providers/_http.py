@@ -98,6 +98,11 @@ MAX_BLOCK_FILE_BYTES = 20 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 1000
 
 
+#: Request bodies as compact UTF-8 JSON (one encoder: ``json.dumps`` with options builds
+#: a new one for every call).
+_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def resolve_read_timeout(value: float | None) -> float:
     """``value``, else ``OPENPROGRAM_READ_TIMEOUT_S``, else 120 seconds; always finite > 0.
 
@@ -441,7 +446,11 @@ class HTTPRuntime:
     ) -> RuntimeResult:
         """One request; streams when ``on_delta`` is given. Never raises."""
         model = self.model_id(model_ref)
-        meta = {"runtime": self.runtime_id, "provider": self.provider, "model": model}
+        meta: dict[str, Any] = {
+            "runtime": self.runtime_id,
+            "provider": self.provider,
+            "model": model,
+        }
         failure = self._precheck(model, kwargs)
         if failure is not None:
             return failed(failure, **meta)
@@ -470,7 +479,10 @@ class HTTPRuntime:
         if isinstance(outcome, TurnFailure):
             outcome.message = redact(outcome.message, self._secrets())
             return failed(outcome, **meta)
-        outcome.metadata = {**meta, **{k: v for k, v in outcome.metadata.items() if v is not None}}
+        for key, value in outcome.metadata.items():
+            if value is not None:
+                meta[key] = value
+        outcome.metadata = meta
         return outcome
 
     def stream_turn(self, prompt: Any, **kwargs: Any) -> AsyncIterator[RuntimeDelta]:
@@ -562,7 +574,7 @@ class HTTPRuntime:
         timeout = request_timeout(
             self.settings.read_timeout_s, self.settings.connect_timeout_s, budget_s
         )
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        content = _JSON.encode(body).encode()
         try:
             async with self._pool.get().request(
                 "POST", path, content, headers, timeout
@@ -602,7 +614,7 @@ class HTTPRuntime:
         timeout = request_timeout(
             self.settings.read_timeout_s, self.settings.connect_timeout_s, budget_s
         )
-        content = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        content = _JSON.encode(body).encode()
         try:
             async with self._pool.get().request(
                 "POST", path, content, headers, timeout

@@ -63,7 +63,7 @@ def obj(value: Any, path: str) -> Mapping[str, Any]:
     """``value`` as an object (a null reads as empty)."""
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # dict: decoded JSON
         raise MalformedReply(path, "an object")
     return value
 
@@ -73,7 +73,7 @@ def obj_at(parent: Mapping[str, Any], key: str, where: str = "") -> Mapping[str,
     value = parent.get(key)
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # dict: decoded JSON
         # The path only when it is reported: valid replies are read on every call.
         raise MalformedReply(_path(where, key), "an object")
     return value
@@ -114,8 +114,8 @@ def integer(value: Any, path: str, default: int = 0) -> int:
 def number_at(parent: Mapping[str, Any], key: str, where: str = "") -> int | None:
     """A token count at ``parent[key]`` (an int, or a float some servers send), or None."""
     value = parent.get(key)
-    if value is None:
-        return None
+    if value is None or type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise MalformedReply(_path(where, key), "a number")
     return int(value)

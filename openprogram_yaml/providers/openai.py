@@ -44,6 +44,8 @@ _FINISH_REASONS = {
     "content_filter": "content_filter",
 }
 _SCHEMA_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+#: By ``native_json_schema``: asked on every exec, and immutable.
+_CAPABILITIES = {native: Capabilities(native_json_schema=native) for native in (False, True)}
 
 
 class OpenAIRuntime(HTTPRuntime):
@@ -84,7 +86,7 @@ class OpenAIRuntime(HTTPRuntime):
 
     def capabilities(self, model_ref: str | None = None) -> Capabilities:
         """Tools, forced tool choice, parallel calls, streaming and ``json_schema`` output."""
-        return Capabilities(native_json_schema=self.native_json_schema)
+        return _CAPABILITIES[bool(self.native_json_schema)]
 
     # --- the wire format ----------------------------------------------------------
 

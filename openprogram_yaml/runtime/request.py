@@ -19,9 +19,13 @@ from openprogram_yaml.runtimes.protocol import AgentRuntimeProtocol, Message
 __all__ = ["ExecRequest"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ExecRequest:
-    """What ``async_exec`` was asked for (``context``, legacy and ignored, is left out)."""
+    """What ``async_exec`` was asked for (``context``, legacy and ignored, is left out).
+
+    Made on every exec and read only after: not ``frozen``, whose ``__init__`` sets each of
+    the nineteen fields through ``object.__setattr__`` (1.7 us against 0.3 us a call).
+    """
 
     content: str | Sequence[object]
     response_format: object = None

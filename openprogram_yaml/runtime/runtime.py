@@ -294,6 +294,8 @@ class Runtime:
         if self.skills and self._skills_text is None:
             dirs = default_skill_dirs() if self.skills is True else list(self.skills)
             self._skills_text = skills_block(dirs)
+        if not (extra or self._skills_text or terminal.system_suffix):
+            return self.system or None  # the usual exec: nothing to join
         parts = [self.system, *extra, self._skills_text or "", terminal.system_suffix]
         text = "\n\n".join(p for p in parts if p)
         return text or None

@@ -156,7 +156,8 @@ class ToolRunner:
         return call.name, canonical
 
     async def _run_one(self, call: ToolCall, recorded: Mapping[str, object] | None) -> Message:
-        key = self._key(call)
+        # Canonical arguments only where failures are counted: most calls never fail.
+        key = self._key(call) if self.failures else None
         record: JSONObject = {"id": call.id, "name": call.name, "arguments": call.arguments}
         self.records.append(record)
         if self.emit is not None:
@@ -166,6 +167,7 @@ class ToolRunner:
         outcome, ok = await self._outcome(call, key, record, recorded)
         text = outcome if isinstance(outcome, str) else render_result(outcome)
         if not ok:
+            key = key or self._key(call)
             self.failures[key] = self.failures.get(key, 0) + 1
         record["is_error"] = not ok
         record["result"] = text if len(text) <= 2000 else text[:2000] + "…"
@@ -187,14 +189,14 @@ class ToolRunner:
     async def _outcome(
         self,
         call: ToolCall,
-        key: tuple[str, str],
+        key: tuple[str, str] | None,
         record: JSONObject,
         recorded: Mapping[str, object] | None,
     ) -> tuple[str | ToolContent, bool]:
         refusal = self._refusal(call.name)
         if refusal is not None:
             return refusal, False
-        if self.failures.get(key, 0) >= MAX_SAME_FAILURES:
+        if key is not None and self.failures.get(key, 0) >= MAX_SAME_FAILURES:
             return (
                 f"Not run: this exact call to {call.name!r} already failed "
                 f"{self.failures[key]} times. Change the arguments or try something else.",

@@ -5,9 +5,11 @@ caller's context variables, and never on the event loop."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 
+from openprogram_yaml.runtime.blocking import MAX_TOOL_THREADS, run_blocking
 from openprogram_yaml.runtime.toolloop import call_maybe_async
 
 TOGETHER = 40
@@ -45,3 +47,84 @@ def test_a_sync_tool_runs_off_the_loop_with_the_callers_context() -> None:
         return await call_maybe_async(tool, False, {"text": "hi"})
 
     assert asyncio.run(run()) == ("hi", "read-only", False)
+
+
+def test_the_hop_gives_what_asyncio_to_thread_gives() -> None:
+    # Differential: results and exceptions (SystemExit too) arrive as to_thread passes them.
+    def tool(value: object) -> object:
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    async def both(value: object) -> list[tuple[str, object]]:
+        outcomes: list[tuple[str, object]] = []
+        for hop in (
+            lambda: asyncio.to_thread(tool, value),
+            lambda: run_blocking(tool, value=value),
+        ):
+            try:
+                outcomes.append(("value", await hop()))
+            except BaseException as exc:
+                outcomes.append(("raised", exc))
+        return outcomes
+
+    for value in (42, None, ValueError("bad"), SystemExit(3)):
+        first, second = asyncio.run(both(value))
+        assert first == second
+
+
+def test_a_wait_cancelled_before_the_call_started_keeps_it_from_running() -> None:
+    gate = threading.Event()
+    started: list[int] = []
+    ran: list[str] = []
+
+    def occupy(i: int) -> None:
+        started.append(i)
+        gate.wait(10)
+
+    def record(text: str) -> None:
+        ran.append(text)
+
+    async def scenario() -> None:
+        # Every worker busy, so the next call waits in the pool's queue.
+        busy = [asyncio.ensure_future(run_blocking(occupy, i=i)) for i in range(MAX_TOOL_THREADS)]
+        while len(started) < MAX_TOOL_THREADS:
+            await asyncio.sleep(0.001)
+        queued = asyncio.ensure_future(run_blocking(record, text="queued"))
+        await asyncio.sleep(0)
+        queued.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await queued
+        gate.set()
+        await asyncio.gather(*busy)
+
+    asyncio.run(scenario())
+    assert ran == []
+
+
+def test_a_result_after_the_caller_stopped_waiting_goes_nowhere_quietly() -> None:
+    gate = threading.Event()
+    finished = threading.Event()
+
+    def slow() -> str:
+        gate.wait(10)
+        finished.set()
+        return "late"
+
+    async def scenario() -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.01):
+                await run_blocking(slow)
+        gate.set()
+        while not finished.is_set():
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)  # the late outcome reaches the loop and is dropped
+
+    loop = asyncio.new_event_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert errors == []
