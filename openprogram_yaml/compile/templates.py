@@ -221,7 +221,7 @@ class TemplateEngine:
             source,
             frozenset(declared),
             declared_by,
-            base_dir,
+            str(base_dir),  # a text hashes and compares faster than a path
             origin.path if origin.style == "file" else None,
         )
         known = self._checked.get(checked_key)
