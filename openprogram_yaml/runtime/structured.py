@@ -237,6 +237,10 @@ def _no_duplicate_keys(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
     return out
 
 
+#: One decoder for ``parse_json_strict`` (``json.loads`` with hooks builds one a call).
+_STRICT = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
+
+
 def parse_json_strict(text: str) -> JSONValue:
     """Parse exactly one JSON value: no code fences, no trailing text, no NaN, no duplicate keys."""
     if not text.strip():
@@ -244,8 +248,10 @@ def parse_json_strict(text: str) -> JSONValue:
             "the reply was empty", code="invalid_json", issues=["$: the reply was empty"]
         )
     try:
-        value: JSONValue = json.loads(
-            text, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys
+        value: JSONValue = (
+            _STRICT.decode(text)
+            if not text.startswith("\ufeff")
+            else json.loads(text)  # refused with json.loads' own words for a BOM
         )
     except json.JSONDecodeError as exc:
         # ``msg`` names the rule ("Expecting value"); the position says where, and neither

@@ -26,6 +26,7 @@ from openprogram_yaml.runtimes.protocol import (
     Message,
     RuntimeDelta,
     RuntimeResult,
+    ToolSpec,
     TurnFailure,
 )
 
@@ -201,3 +202,19 @@ def test_settings_come_from_the_keywords_and_an_unknown_one_names_the_runtime() 
     assert "sk-echo-secret" not in repr(runtime.settings)
     with pytest.raises(TypeError, match=r"^EchoRuntime.__init__\(\) got an unexpected keyword "):
         EchoRuntime(bse="http://127.0.0.1:9")  # type: ignore[call-arg]
+
+
+def test_a_body_holding_a_cycle_fails_its_turn_before_anything_is_sent() -> None:
+    # Bodies are encoded without the encoder's cycle check: a schema that contains itself
+    # must still end as a failed turn, not a crash or a request.
+    from openprogram_yaml.providers.openai import OpenAIRuntime
+
+    parameters: dict[str, Any] = {"type": "object", "properties": {}}
+    parameters["properties"]["again"] = parameters
+    with LoopbackServer() as server:
+        runtime = OpenAIRuntime(base_url=f"{server.url}/v1")
+        tools = [ToolSpec("loop", "A tool whose schema contains itself.", parameters)]
+        result = asyncio.run(runtime.run_turn("hi", model_ref="openai:m", tools=tools))
+        requests = server.requests
+    assert requests == []
+    assert result.failure is not None and not result.failure.retryable

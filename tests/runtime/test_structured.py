@@ -87,6 +87,44 @@ def test_strict_parsing_rejects_loose_json(text: str) -> None:
     assert info.value.code == "invalid_json"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"label": "bug", "score": 3}',
+        ' [1, 2.5, "x", null, true, {"a": {"b": []}}] ',
+        '"\\u00e9t\\u00e9"',
+        '\ufeff{"label": "bug"}',
+        '{"a": 1, "a": 2}',
+        '{"a": Infinity}',
+        "[1, 2] [3]",
+        '{"a": ',
+    ],
+)
+def test_the_strict_parser_reads_as_json_loads_with_its_hooks(text: str) -> None:
+    # Differential: the one decoder kept for every call against json.loads given the
+    # same hooks on each call, as before.
+    from openprogram_yaml.runtime import structured
+
+    def loads() -> object:
+        return json.loads(
+            text,
+            parse_constant=structured._reject_constant,
+            object_pairs_hook=structured._no_duplicate_keys,
+        )
+
+    try:
+        expected: object = ("value", loads())
+    except json.JSONDecodeError as exc:
+        expected = ("error", f"$: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except ValueError as exc:
+        expected = ("error", f"$: {exc}")
+    try:
+        got: object = ("value", parse_json_strict(text))
+    except StructuredOutputValidationError as exc:
+        got = ("error", exc.issues[0])
+    assert got == expected
+
+
 def test_a_repair_succeeds_on_the_second_reply(make: Any) -> None:
     events: list[dict[str, Any]] = []
     rt, model = make(
