@@ -12,7 +12,13 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["FileRefused", "FileTooLarge", "NotRegularFile", "read_regular_file"]
+__all__ = ["MAX_MEDIA_BYTES", "FileRefused", "FileTooLarge", "NotRegularFile", "read_regular_file"]
+
+#: The largest media file (an image, a PDF, audio) a run reads or carries: 20 MiB of raw
+#: bytes. The providers take no more in one request, and every byte of it is held as base64
+#: in memory and in the run record. (Here, below ``runtime`` and ``providers``, which both
+#: read block files with it; ``runtime.content`` is its public home.)
+MAX_MEDIA_BYTES = 20 * 1024 * 1024
 
 _NOT_REGULAR = (
     (stat.S_ISDIR, "a folder"),

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from urllib.parse import urlsplit
 
-from .._file_reads import FileRefused, read_regular_file
+from .._file_reads import MAX_MEDIA_BYTES, FileRefused, read_regular_file
 from ..errors import ErrorReason
 from ..redaction import redact
 from ..runtimes.failures import failure_from_exception, failure_from_redirect, failure_from_status
@@ -70,7 +70,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_REPLY_BYTES",
     "DEFAULT_READ_TIMEOUT_S",
-    "MAX_BLOCK_FILE_BYTES",
     "HTTPRuntime",
     "ProviderOptions",
     "ProviderSettings",
@@ -88,9 +87,6 @@ __all__ = [
 DEFAULT_READ_TIMEOUT_S = 120.0
 #: The largest reply body read, streamed or not (10 MiB).
 DEFAULT_MAX_REPLY_BYTES = 10 * 1024 * 1024
-#: The largest file a block's ``path`` names that a turn reads: ``runtime.content``'s
-#: ``MAX_MEDIA_BYTES`` (providers do not import ``runtime``; a test keeps the two equal).
-MAX_BLOCK_FILE_BYTES = 20 * 1024 * 1024
 #: Connections a runtime opens to its server at most (made on demand, one per request in
 #: flight). 1,000, as the openai SDK, pydantic-ai and langchain: 1,000 concurrent runs at
 #: 100 ms latency took 1.04x bare aiohttp's time with it, 1.54x with 200 (the rest queued
@@ -208,7 +204,7 @@ def image_source(block: Mapping[str, Any]) -> tuple[str, str] | str | None:
     """An image block's ``(mime_type, base64 data)``, or its URL, or None if it has neither.
 
     Blocks carry ``data`` + ``mime_type``, a ``url``, or a ``path`` read from disk (a
-    regular file of at most ``MAX_BLOCK_FILE_BYTES``, else ``Unsendable``). ``Runtime.exec``
+    regular file of at most ``MAX_MEDIA_BYTES``, else ``Unsendable``). ``Runtime.exec``
     reads paths itself (``runtime.content``); this serves a turn called directly.
     """
     if block.get("data"):
@@ -219,7 +215,7 @@ def image_source(block: Mapping[str, Any]) -> tuple[str, str] | str | None:
     if not path:
         return None
     try:
-        raw = read_regular_file(path, limit=MAX_BLOCK_FILE_BYTES)
+        raw = read_regular_file(path, limit=MAX_MEDIA_BYTES)
     except FileRefused as exc:
         # A FIFO named as an image would hang the turn; a huge file would be read whole.
         raise Unsendable(f"cannot read the image file {str(path)!r}: {exc.reason}") from None

@@ -25,7 +25,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from openprogram_yaml._file_reads import FileRefused, FileTooLarge, read_regular_file
+from openprogram_yaml._file_reads import (
+    MAX_MEDIA_BYTES,
+    FileRefused,
+    FileTooLarge,
+    read_regular_file,
+)
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtimes.protocol import Message, RuntimeResult
 
@@ -44,10 +49,6 @@ __all__ = [
 ]
 
 _MEDIA = ("image", "video", "audio", "file")
-
-#: The largest file an input may carry (20 MiB of raw bytes): the providers take no more
-#: in one request, and every byte of it is held as base64 in memory and in the run record.
-MAX_MEDIA_BYTES = 20 * 1024 * 1024
 
 #: ``format:`` names that declare a file input, and the media types each one takes.
 FORMAT_MEDIA: dict[str, tuple[str, ...]] = {

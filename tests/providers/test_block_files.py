@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from loopback import LoopbackServer, chat_completion, json_reply
 
-from openprogram_yaml.providers._http import MAX_BLOCK_FILE_BYTES
 from openprogram_yaml.providers.anthropic import AnthropicRuntime
 from openprogram_yaml.providers.openai import OpenAIRuntime
 from openprogram_yaml.runtime.content import MAX_MEDIA_BYTES
@@ -38,10 +37,6 @@ def _turn(url: str, path: Path, kind: str = "openai") -> RuntimeResult:
     return asyncio.run(turn())
 
 
-def test_the_cap_is_the_one_runtime_content_reads_with() -> None:
-    assert MAX_BLOCK_FILE_BYTES == MAX_MEDIA_BYTES
-
-
 def test_an_image_path_is_read_and_sent(tmp_path: Path) -> None:
     (tmp_path / "cat.png").write_bytes(PNG)
     with LoopbackServer() as server:
@@ -59,7 +54,7 @@ def test_an_image_path_is_read_and_sent(tmp_path: Path) -> None:
 def test_a_file_over_the_cap_is_refused_before_any_request(tmp_path: Path, kind: str) -> None:
     huge = tmp_path / "huge.png"
     with huge.open("wb") as fh:  # sparse: nothing is written but its size
-        fh.truncate(MAX_BLOCK_FILE_BYTES + 1)
+        fh.truncate(MAX_MEDIA_BYTES + 1)
     with LoopbackServer() as server:
         result = _turn(server.url, huge, kind)
         requests = server.requests
@@ -67,7 +62,7 @@ def test_a_file_over_the_cap_is_refused_before_any_request(tmp_path: Path, kind:
     assert result.failure is not None
     assert result.failure.reason == "invalid_request"
     assert "huge.png" in result.failure.message
-    assert f"larger than {MAX_BLOCK_FILE_BYTES} bytes" in result.failure.message
+    assert f"larger than {MAX_MEDIA_BYTES} bytes" in result.failure.message
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
