@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .record import RunRecord
 
 __all__ = [
+    "DEFAULT_BUSY_TIMEOUT_S",
     "SESSIONS_FILE",
     "SessionInfo",
     "SessionMessage",
@@ -192,13 +193,17 @@ class SessionMessage:
         }
 
 
+#: How long a step waits for another process (a chat, a server) to end its write.
+DEFAULT_BUSY_TIMEOUT_S = 5.0
+
+
 class SessionStore:
     """The sessions of one project, in one SQLite file (created when first written).
 
     Safe to use from several threads: one step at a time holds the connection.
     """
 
-    def __init__(self, path: Path, *, busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: Path, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S) -> None:
         self.path = path
         #: How long a write waits for another process's (a chat's, a server's) to end.
         self.busy_timeout_s = busy_timeout_s

@@ -54,7 +54,7 @@ from ..run.questions import PendingQuestions
 from ..run.record import environ_secrets, run_secrets
 from ..run.reload import ProgramHolder
 from ..run.service import RunService
-from ..run.sessions import SessionStore, sessions_path
+from ..run.sessions import DEFAULT_BUSY_TIMEOUT_S, SessionStore, sessions_path
 from .connections import ConnectionGuard, Deadline
 from .guard import LOOPBACK_HOSTS, TOKEN_COOKIE, ServeLimits, origin_refusal
 from .history import RunHistory
@@ -107,6 +107,9 @@ class ServeState:
     port: int = 0
     #: The open connections (set by ``Server.start``).
     connections: ConnectionGuard | None = None
+    #: How long a session step waits for another process's lock on the store before it is
+    #: refused with 503 (``SessionStore.busy_timeout_s``).
+    sessions_busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
     #: Chat sessions (``?session=NAME`` on ``POST /run``), opened when a run first names one.
     _sessions: SessionStore | None = field(default=None, init=False, repr=False)
     #: The secrets of every agent of a version (``secrets``), kept with the version.
@@ -136,7 +139,8 @@ class ServeState:
         """The project's chat sessions (``run.sessions``), in its ``.openprogram`` folder."""
         if self._sessions is None:
             program, _ = self.holder.snapshot()
-            self._sessions = SessionStore(sessions_path(program.root))
+            path = sessions_path(program.root)
+            self._sessions = SessionStore(path, busy_timeout_s=self.sessions_busy_timeout_s)
         return self._sessions
 
     @property

@@ -298,48 +298,90 @@ def test_a_locked_store_is_busy_and_retryable(tmp_path: Path) -> None:
         assert store.open("new", "pal", "talk").name == "new"
 
 
-def test_serve_answers_503_for_a_locked_store_and_serves_others_meanwhile(
-    write: Callable[[str, str], Path], tmp_path: Path
-) -> None:
-    # The store waits for another process's lock (5 s) in a worker thread: the server keeps
-    # answering; after the wait the run is refused with 503 (try later), not 400.
+def _served_session_runs(
+    path: Path,
+    store: Path,
+    busy_timeout_s: float,
+    release_after_others: bool,
+) -> tuple[int, str, list[int], int]:
+    """Serve ``path`` while another connection holds ``store`` locked: a run of session
+    'new' is posted, then /health and a run without a session; the lock is released before
+    (``release_after_others``) or after the session run's reply. Gives the session run's
+    status and text, the two others' statuses, and the status of the same run tried again."""
     import httpx
 
     from openprogram_yaml.run.reload import ProgramHolder
     from openprogram_yaml.serve.app import Server, ServeState
 
+    locker = sqlite3.connect(store, isolation_level=None)
+
+    async def main() -> tuple[int, str, list[int], int]:
+        holder = ProgramHolder(path)
+        holder.load()
+        state = ServeState(
+            holder, RunService(holder.snapshot), sessions_busy_timeout_s=busy_timeout_s
+        )
+        server = Server(state)
+        port = await server.start(0)
+        turn = {"message": "hi"}
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            try:
+                locker.execute("BEGIN EXCLUSIVE")
+                waiting = asyncio.ensure_future(client.post("/run/pal/talk?session=new", json=turn))
+                health = await client.get("/health")
+                unsaved = await client.post("/run/pal/talk", json={"message": "x"})
+                if release_after_others:
+                    locker.execute("ROLLBACK")
+                response = await waiting
+            finally:
+                if locker.in_transaction:
+                    locker.execute("ROLLBACK")
+            again = await client.post("/run/pal/talk?session=new", json=turn)
+            await server.close(grace_s=0)
+        return (
+            response.status_code,
+            response.text,
+            [health.status_code, unsaved.status_code],
+            again.status_code,
+        )
+
+    try:
+        return asyncio.run(main())
+    finally:
+        locker.close()
+
+
+def test_serve_answers_503_at_once_for_a_locked_store_and_serves_others(
+    write: Callable[[str, str], Path], tmp_path: Path
+) -> None:
+    # A store another process keeps locked past the wait (0 s here: no real wait) is "try
+    # again later", 503, not 400; other requests are served; tried again once free, it runs.
     path = write("pal.yaml", CHAT)
     with _store(tmp_path) as store:
         store.open("old", "pal", "talk")
-    holder_db = sqlite3.connect(sessions_path(tmp_path), isolation_level=None)
-
-    async def main() -> tuple[int, str, list[int]]:
-        holder = ProgramHolder(path)
-        holder.load()
-        state = ServeState(holder, RunService(holder.snapshot))
-        server = Server(state)
-        port = await server.start(0)
-        url = f"http://127.0.0.1:{port}"
-        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-            try:
-                holder_db.execute("BEGIN EXCLUSIVE")
-                waiting = asyncio.ensure_future(
-                    client.post("/run/pal/talk?session=new", json={"message": "hi"})
-                )
-                health = await client.get("/health")
-                unsaved = await client.post("/run/pal/talk", json={"message": "x"})
-                others = [health.status_code, unsaved.status_code]
-                assert not waiting.done(), "the server waited for the store"
-                response = await waiting
-            finally:
-                holder_db.execute("ROLLBACK")
-                await server.close(grace_s=0)
-        return response.status_code, response.text, others
-
-    try:
-        status, text, others = asyncio.run(main())
-    finally:
-        holder_db.close()
+    status, text, others, again = _served_session_runs(
+        path, sessions_path(tmp_path), busy_timeout_s=0, release_after_others=False
+    )
     assert others == [200, 200]
     assert status == 503
     assert "sessions.db cannot be used" in text and "try again later" in text
+    assert again == 200
+
+
+def test_serve_answers_others_while_the_store_waits_for_a_lock(
+    write: Callable[[str, str], Path], tmp_path: Path
+) -> None:
+    # The store waits for another process's lock in a worker thread: /health and other runs
+    # are answered meanwhile, and the session run goes on once the lock is released (within
+    # SQLite's short polls; the 5 s timeout is never reached).
+    path = write("pal.yaml", CHAT)
+    with _store(tmp_path) as store:
+        store.open("old", "pal", "talk")
+    status, text, others, again = _served_session_runs(
+        path, sessions_path(tmp_path), busy_timeout_s=60, release_after_others=True
+    )
+    assert others == [200, 200]
+    assert status == 200, text
+    assert again == 200
+    with _store(tmp_path) as store:
+        assert [m.content for m in store.messages("new")][:2] == ["hi", json.loads(text)["output"]]
