@@ -75,6 +75,14 @@ _MAGIC: tuple[tuple[bytes, int, str], ...] = (
     (b"\xff\xfb", 0, "audio/mpeg"),
     (b"\xff\xf3", 0, "audio/mpeg"),
 )
+#: ``str.translate``'s table that drops every white space character (``str.isspace``).
+_NO_SPACES: dict[int, None] = dict.fromkeys(
+    map(
+        ord,
+        "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004"
+        "\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000",
+    )
+)
 _DATA_URL = re.compile(r"data:(?P<type>[\w.+-]+/[\w.+-]+)(?P<params>(?:;[^;,]*)*?);base64,", re.I)
 
 
@@ -154,7 +162,10 @@ def media_value(value: JSONValue, accepted: Sequence[str], what: str = "the file
                 filename = urllib.parse.unquote(val)
     elif value.startswith("data:"):
         raise MediaError(f"{what} is a data URL without base64 data: write data:TYPE;base64,DATA")
-    encoded = "".join(encoded.split())
+    # Base64 may be wrapped: every white space character goes (as str.split drops them), in
+    # one pass; "".join(split()) held a string object for each piece, 25 times the text's
+    # size for "AA AA AA …" (680 MB for a 27 MB body).
+    encoded = encoded.translate(_NO_SPACES)
     _check_size(len(encoded) * 3 // 4, what)
     try:
         raw = base64.b64decode(encoded, validate=True)
