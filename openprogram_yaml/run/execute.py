@@ -82,7 +82,7 @@ async def execute_run(
     try:
         agent = program.agent(agent_name)
         record.agent = agent.name
-        record.secrets = run_secrets(agent)
+        record.secrets = run_secrets(agent) if shared is None else shared.secrets(agent)
         telemetry = active_telemetry() if exported else None
         if telemetry is not None:  # on: the run is traced, and its trace exported
             trace = telemetry.watch(trace, record.secrets)

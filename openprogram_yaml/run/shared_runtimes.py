@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from ..runtimes.protocol import AgentRuntimeProtocol, RuntimeSelectorProtocol
 from ..runtimes.select import RuntimeSelector, Selection
 from .agent_runtime import close_tools, selector_for
+from .record import environ_secrets, run_secrets
 
 if TYPE_CHECKING:
     from ..compile.program import Agent, Program
@@ -77,6 +78,9 @@ class VersionRuntimes:
         #: Agents run on this version (or handed over by an older one holding the same
         #: objects): their tools are closed with it.
         self.agents: dict[int, Agent] = {}
+        #: Each agent's ``run_secrets``, with the agent and the environment's secrets it
+        #: was made from.
+        self._secrets: dict[str, tuple[Agent, frozenset[str], frozenset[str]]] = {}
 
     def __repr__(self) -> str:
         return f"VersionRuntimes(version={self.program.version!r}, runs={self.runs})"
@@ -100,6 +104,23 @@ class VersionRuntimes:
             self._selectors.append((rules, providers, selector))
         lent = self._by_agent[agent.name] = LentSelector(selector)
         return lent
+
+    def secrets(self, agent: Agent) -> frozenset[str]:
+        """``run_secrets(agent)``, worked out again only when the environment changed.
+
+        An agent's own secrets (its ``${env:…}`` values, runtime keys and headers) are the
+        version's; what the environment adds is read when each run starts, as
+        ``run_secrets`` reads it: ``environ_secrets`` hands back the same set for as long
+        as the environment is unchanged, and a new one (so a new result here) once it is
+        not.
+        """
+        environ = environ_secrets()
+        cached = self._secrets.get(agent.name)
+        if cached is not None and cached[0] is agent and cached[1] is environ:
+            return cached[2]
+        found = run_secrets(agent)
+        self._secrets[agent.name] = (agent, environ, found)
+        return found
 
     def holds(self, agent: Agent) -> bool:
         """Whether this version's program holds this very agent object."""

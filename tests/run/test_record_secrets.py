@@ -4,6 +4,7 @@ id cannot be guessed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 
@@ -12,7 +13,8 @@ import pytest
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.redaction import env_secrets
 from openprogram_yaml.run.execute import execute_run
-from openprogram_yaml.run.record import run_secrets
+from openprogram_yaml.run.record import RunRecord, run_secrets
+from openprogram_yaml.run.shared_runtimes import SharedRuntimes
 from openprogram_yaml.run.version import VersionStamp
 
 AGENT = """
@@ -59,3 +61,37 @@ def test_run_ids_are_random_hex(write) -> None:  # type: ignore[no-untyped-def]
     ids = asyncio.run(runs())
     assert len(set(ids)) == 50
     assert all(re.fullmatch(r"[0-9a-f]{16}", i) for i in ids)
+
+
+def test_runs_sharing_a_versions_runtimes_know_the_secrets_a_lone_run_knows(  # type: ignore[no-untyped-def]
+    write, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    program = compile_path(write("desk.yaml", AGENT))
+    agent = program.agent()
+    stamp = VersionStamp(program.version)
+    runtimes = SharedRuntimes()
+    shared = runtimes.acquire(program)
+
+    async def both(who: str) -> tuple[RunRecord, RunRecord]:
+        alone = await execute_run(program, stamp, None, None, {"who": who})
+        kept = await execute_run(program, stamp, None, None, {"who": who}, shared=shared)
+        return alone, kept
+
+    def check(who: str) -> frozenset[str]:
+        alone, kept = asyncio.run(both(who))
+        assert kept.secrets == alone.secrets == run_secrets(agent, dict(os.environ))
+        kept_shown, alone_shown = json.loads(kept.to_json()), json.loads(alone.to_json())
+        for key in ("inputs", "output"):  # redacted alike
+            assert kept_shown[key] == alone_shown[key]
+        return kept.secrets
+
+    assert "sk-shared-value-1234" not in check("sk-shared-value-1234")
+    monkeypatch.setenv("DESK_TOKEN", "sk-shared-value-1234")
+    assert "sk-shared-value-1234" in check("sk-shared-value-1234")
+    monkeypatch.setenv("DESK_TOKEN", "sk-other-value-5678")
+    found = check("sk-shared-value-1234 sk-other-value-5678")
+    assert "sk-other-value-5678" in found and "sk-shared-value-1234" not in found
+    monkeypatch.delenv("DESK_TOKEN")
+    assert "sk-other-value-5678" not in check("sk-other-value-5678")
+    asyncio.run(runtimes.release(shared))
+    asyncio.run(runtimes.aclose())
