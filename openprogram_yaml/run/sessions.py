@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT_S",
+    "FILE_NOT_KEPT",
     "SESSIONS_FILE",
     "SessionInfo",
     "SessionMessage",
@@ -192,6 +193,9 @@ class SessionMessage:
             "version": self.version,
         }
 
+
+#: What a session keeps of a file input's data (an image, a PDF, audio) in a message.
+FILE_NOT_KEPT = "(a file, not kept in the session)"
 
 #: How long a step waits for another process (a chat, a server) to end its write.
 DEFAULT_BUSY_TIMEOUT_S = 5.0
@@ -466,9 +470,16 @@ def turn_text(output: JSONValue) -> str:
 
 def user_text(method: Method, inputs: Mapping[str, JSONValue]) -> str:
     """The person's message of a run's ``inputs``: the method's chat input when it has
-    one, else every input as JSON (a served run gives all of them in one body)."""
+    one, else every input as JSON (a served run gives all of them in one body), a file
+    input's data replaced by ``FILE_NOT_KEPT``: a session keeps text, not files (each would
+    be stored, and sent again as text with every later turn)."""
     try:
         name = chat_input(method)
     except UsageError:
-        return turn_text(dict(inputs))
+        return turn_text(
+            {
+                n: FILE_NOT_KEPT if media_types(method.inputs.get(n)) is not None else value
+                for n, value in inputs.items()
+            }
+        )
     return turn_text(inputs.get(name))

@@ -18,9 +18,11 @@ from openprogram_yaml.providers.test import ScriptedRuntime
 from openprogram_yaml.run.history import trim_history
 from openprogram_yaml.run.service import RunService
 from openprogram_yaml.run.sessions import (
+    FILE_NOT_KEPT,
     SessionStore,
     chat_input,
     sessions_path,
+    user_text,
 )
 from openprogram_yaml.run.version import VersionStamp
 from openprogram_yaml.runtime import Runtime
@@ -385,3 +387,30 @@ def test_serve_answers_others_while_the_store_waits_for_a_lock(
     assert again == 200
     with _store(tmp_path) as store:
         assert [m.content for m in store.messages("new")][:2] == ["hi", json.loads(text)["output"]]
+
+
+PHOTOS = """
+version: 1
+name: eye
+model: test
+methods:
+  look:
+    inputs: {photo: {type: string, format: image}}
+    prompt: "What is this?"
+  compare:
+    inputs: {photo: {type: string, format: image}, topic: {type: string}, tone: {type: string}}
+    prompt: "{{ topic }} {{ tone }}"
+"""
+
+
+def test_a_served_turn_keeps_the_text_of_its_inputs_not_their_files(
+    write: Callable[[str, str], Path], tmp_path: Path
+) -> None:
+    # A served run's message is all its inputs as JSON when no single one takes it: a file
+    # among them is stored as a note, not as megabytes of base64 sent again every turn.
+    agent = compile_path(write("eye.yaml", PHOTOS)).agent()
+    photo = "data:image/png;base64," + "iVBORw0KGgo" * 1000
+    look = user_text(agent.method("look"), {"photo": photo})
+    compare = user_text(agent.method("compare"), {"photo": photo, "topic": "t", "tone": "dry"})
+    assert json.loads(look) == {"photo": FILE_NOT_KEPT}
+    assert json.loads(compare) == {"photo": FILE_NOT_KEPT, "topic": "t", "tone": "dry"}
