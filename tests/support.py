@@ -1,4 +1,4 @@
-"""Paths, git settings, an agent and a pty helper shared by tests.
+"""Paths, git settings, an agent, a pty helper and a FIFO guard shared by tests.
 
 ``tests/`` is on sys.path through pytest's rootdir conftest.
 """
@@ -7,8 +7,15 @@ from __future__ import annotations
 
 import os
 import select
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+_T = TypeVar("_T")
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -63,3 +70,25 @@ def read_until(fd: int, wanted: bytes, seen: bytearray, limit_s: float = 30.0) -
     head, _, rest = bytes(seen).partition(wanted)
     seen[:] = rest
     return head + wanted
+
+
+def without_blocking_on(fifo: Path, call: Callable[[], _T]) -> _T | BaseException:
+    """What ``call`` returned, or the exception it raised; the test fails (instead of the
+    suite hanging) when ``call`` blocks on opening ``fifo``, a FIFO nobody writes to."""
+    outcome: list[_T | BaseException] = []
+
+    def target() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    worker = threading.Thread(target=target, daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # release the open, then fail
+        worker.join(timeout=5)
+        pytest.fail(f"opening the FIFO {fifo} blocked")
+    [result] = outcome
+    return result

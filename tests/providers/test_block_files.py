@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import threading
 from pathlib import Path
 
 import pytest
 from loopback import LoopbackServer, chat_completion, json_reply
+from support import without_blocking_on
 
 from openprogram_yaml.providers.anthropic import AnthropicRuntime
 from openprogram_yaml.providers.openai import OpenAIRuntime
@@ -69,19 +69,10 @@ def test_a_file_over_the_cap_is_refused_before_any_request(tmp_path: Path, kind:
 def test_a_fifo_named_as_an_image_is_refused_and_never_blocks(tmp_path: Path) -> None:
     fifo = tmp_path / "shot.png"
     os.mkfifo(fifo)  # no writer: opening it for reading would wait forever
-    results: list[RuntimeResult] = []
     with LoopbackServer() as server:
-        worker = threading.Thread(
-            target=lambda: results.append(_turn(server.url, fifo)), daemon=True
-        )
-        worker.start()
-        worker.join(timeout=20)
-        if worker.is_alive():
-            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # release it, then fail
-            worker.join(timeout=5)
-            pytest.fail("reading the FIFO blocked the turn")
+        result = without_blocking_on(fifo, lambda: _turn(server.url, fifo))
         requests = server.requests
     assert requests == []
-    [result] = results
+    assert isinstance(result, RuntimeResult)
     assert result.failure is not None and result.failure.reason == "invalid_request"
     assert "not a regular file (a FIFO (named pipe))" in result.failure.message

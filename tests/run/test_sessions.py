@@ -301,21 +301,25 @@ def test_a_locked_store_is_busy_and_retryable(tmp_path: Path) -> None:
 
 
 def _served_session_runs(
-    path: Path,
-    store: Path,
+    write: Callable[[str, str], Path],
+    tmp_path: Path,
     busy_timeout_s: float,
     release_after_others: bool,
 ) -> tuple[int, str, list[int], int]:
-    """Serve ``path`` while another connection holds ``store`` locked: a run of session
-    'new' is posted, then /health and a run without a session; the lock is released before
-    (``release_after_others``) or after the session run's reply. Gives the session run's
-    status and text, the two others' statuses, and the status of the same run tried again."""
+    """Serve the CHAT agent while another connection holds its session store locked: a run
+    of session 'new' is posted, then /health and a run without a session; the lock is
+    released before (``release_after_others``) or after the session run's reply. Gives the
+    session run's status and text, the two others' statuses, and the status of the same run
+    tried again."""
     import httpx
 
     from openprogram_yaml.run.reload import ProgramHolder
     from openprogram_yaml.serve.app import Server, ServeState
 
-    locker = sqlite3.connect(store, isolation_level=None)
+    path = write("pal.yaml", CHAT)
+    with _store(tmp_path) as store:
+        store.open("old", "pal", "talk")
+    locker = sqlite3.connect(sessions_path(tmp_path), isolation_level=None)
 
     async def main() -> tuple[int, str, list[int], int]:
         holder = ProgramHolder(path)
@@ -358,11 +362,8 @@ def test_serve_answers_503_at_once_for_a_locked_store_and_serves_others(
 ) -> None:
     # A store another process keeps locked past the wait (0 s here: no real wait) is "try
     # again later", 503, not 400; other requests are served; tried again once free, it runs.
-    path = write("pal.yaml", CHAT)
-    with _store(tmp_path) as store:
-        store.open("old", "pal", "talk")
     status, text, others, again = _served_session_runs(
-        path, sessions_path(tmp_path), busy_timeout_s=0, release_after_others=False
+        write, tmp_path, busy_timeout_s=0, release_after_others=False
     )
     assert others == [200, 200]
     assert status == 503
@@ -376,11 +377,8 @@ def test_serve_answers_others_while_the_store_waits_for_a_lock(
     # The store waits for another process's lock in a worker thread: /health and other runs
     # are answered meanwhile, and the session run goes on once the lock is released (within
     # SQLite's short polls; the 5 s timeout is never reached).
-    path = write("pal.yaml", CHAT)
-    with _store(tmp_path) as store:
-        store.open("old", "pal", "talk")
     status, text, others, again = _served_session_runs(
-        path, sessions_path(tmp_path), busy_timeout_s=60, release_after_others=True
+        write, tmp_path, busy_timeout_s=60, release_after_others=True
     )
     assert others == [200, 200]
     assert status == 200, text

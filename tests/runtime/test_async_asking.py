@@ -7,24 +7,14 @@ import asyncio
 
 import pytest
 from conftest import Make
+from test_asking import SilentAsker
 
 from openprogram_yaml import AskTimeout, UserDeclined
 from openprogram_yaml.json_types import JSONValue
 from openprogram_yaml.providers.test import FakeClock
-from openprogram_yaml.runtime.asking import Question, ScriptedAsker
+from openprogram_yaml.runtime.asking import ScriptedAsker
 
 ANSWERS: list[JSONValue] = ["blue", "b", ["x", "z"], "yes", False, {"name": "Ada", "age": 36}]
-
-
-class SilentAsker:
-    """Someone is there but never answers: only the timeout ends the wait."""
-
-    def can_ask(self) -> bool:
-        return True
-
-    async def answer(self, question: Question) -> JSONValue:
-        await asyncio.Event().wait()
-        raise AssertionError("unreachable")
 
 
 def test_the_async_faces_answer_as_the_sync_ones_do(make: Make) -> None:

@@ -7,11 +7,10 @@ A FIFO or a device named as an image must be refused, not waited on forever; a f
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import without_blocking_on
 
 from openprogram_yaml import Runtime
 from openprogram_yaml.providers.test import ScriptedRuntime
@@ -19,29 +18,6 @@ from openprogram_yaml.runtime import content
 from openprogram_yaml.runtime.content import MediaError, read_block_file, read_media_file
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
-
-
-def _raised_without_blocking(call: Callable[[], object], fifo: Path) -> BaseException:
-    """What ``call`` raised; fails (instead of hanging the suite) when it blocks on ``fifo``."""
-    outcome: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            call()
-        except BaseException as exc:
-            outcome.append(exc)
-
-    worker = threading.Thread(target=target, daemon=True)
-    worker.start()
-    worker.join(timeout=20)
-    if worker.is_alive():
-        # Release the blocked open so the thread ends, then fail.
-        descriptor = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-        os.close(descriptor)
-        worker.join(timeout=5)
-        pytest.fail(f"reading the FIFO {fifo} blocked")
-    assert outcome, "a FIFO was read as a file"
-    return outcome[0]
 
 
 def _exec_block(block: dict[str, object]) -> object:
@@ -52,9 +28,7 @@ def _exec_block(block: dict[str, object]) -> object:
 def test_a_fifo_as_an_image_block_is_refused_and_never_blocks(tmp_path: Path) -> None:
     fifo = tmp_path / "shot.png"
     os.mkfifo(fifo)  # no writer: opening it for reading would wait forever
-    raised = _raised_without_blocking(
-        lambda: _exec_block({"type": "image", "path": str(fifo)}), fifo
-    )
+    raised = without_blocking_on(fifo, lambda: _exec_block({"type": "image", "path": str(fifo)}))
     assert isinstance(raised, MediaError)
     assert "not a regular file (a FIFO (named pipe))" in str(raised)
 
@@ -63,7 +37,7 @@ def test_a_fifo_as_an_image_block_is_refused_and_never_blocks(tmp_path: Path) ->
 def test_a_fifo_as_a_file_input_is_refused_and_never_blocks(tmp_path: Path) -> None:
     fifo = tmp_path / "cat.png"
     os.mkfifo(fifo)
-    raised = _raised_without_blocking(lambda: read_media_file(fifo, ["image/*"]), fifo)
+    raised = without_blocking_on(fifo, lambda: read_media_file(fifo, ["image/*"]))
     assert isinstance(raised, MediaError)
     assert "not a regular file" in str(raised)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import pytest
+from support import without_blocking_on
 
 from openprogram_yaml import Runtime
 from openprogram_yaml.providers.test import ScriptedRuntime
@@ -30,15 +30,8 @@ def test_a_fifo_named_skill_md_is_left_out_and_never_blocks_a_run(tmp_path: Path
     (tmp_path / "trap").mkdir()
     fifo = tmp_path / "trap" / "SKILL.md"
     os.mkfifo(fifo)  # no writer: opening it for reading would wait forever
-    seen: list[str] = []
-    worker = threading.Thread(target=lambda: seen.append(_system_prompt(tmp_path)), daemon=True)
-    worker.start()
-    worker.join(timeout=20)
-    if worker.is_alive():
-        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # release it, then fail
-        worker.join(timeout=5)
-        pytest.fail("a FIFO named SKILL.md blocked the run")
-    [system] = seen
+    system = without_blocking_on(fifo, lambda: _system_prompt(tmp_path))
+    assert isinstance(system, str)
     assert "<name>pdf-tools</name>" in system
     assert "trap" not in system
 
