@@ -11,6 +11,13 @@ The pool is not the loop's default executor: that one has ``min(32, CPUs + 4)`` 
 on a 2-CPU machine, so a batch at concurrency 200 whose tool waits 100 ms on the network
 would run 6 tools at a time and queue the rest. This pool grows on demand to
 ``MAX_TOOL_THREADS`` (threads are made only while none is idle).
+
+Nor is it a ``ThreadPoolExecutor``: its worker settles a ``concurrent.futures.Future`` after
+each call, still holding the GIL when the loop thread wakes for the result, which then waits
+for it a second time. Here a worker hands the outcome to the loop as its last step and goes
+back to its queue: a hop took 45 -> 17 us of wall time (benchmarks/README.md). The workers
+are daemon threads: at exit, a tool still running (its exec timed out) does not hold the
+process, as it would be held joining an executor's workers.
 """
 
 from __future__ import annotations
@@ -18,57 +25,101 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import functools
+import os
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["MAX_TOOL_THREADS", "run_blocking"]
 
 #: At most this many sync tool calls run at once (in the whole process); more wait.
 MAX_TOOL_THREADS = 256
 
-_pool: ThreadPoolExecutor | None = None
+#: What a worker runs: the call, which gives back how to hand its outcome to the loop.
+_Job = Callable[[], Callable[[], None]]
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(MAX_TOOL_THREADS, thread_name_prefix="openprogram-tool")
-    return _pool
+class _ToolThreads:
+    """Worker threads taking jobs from one queue, made on demand up to ``limit``."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        #: Workers waiting for a job and not yet promised one.
+        self._idle = 0
+
+    def submit(self, job: _Job) -> None:
+        with self._lock:
+            start = not self._idle and self._threads < self.limit
+            if self._idle:
+                self._idle -= 1  # that worker takes this job
+            elif start:
+                self._threads += 1
+        self._jobs.put(job)
+        if start:
+            name = f"openprogram-tool-{self._threads}"
+            threading.Thread(target=self._serve, name=name, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            hand_back = self._jobs.get()()
+            with self._lock:
+                self._idle += 1
+            hand_back()  # wakes the loop; the next get() releases the GIL at once
+
+
+_threads: _ToolThreads | None = None
+
+
+def _pool() -> _ToolThreads:
+    global _threads
+    if _threads is None:
+        _threads = _ToolThreads(MAX_TOOL_THREADS)
+    return _threads
+
+
+def _forget_threads() -> None:
+    global _threads
+    _threads = None  # a forked child has none of its parent's threads
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_threads)
 
 
 async def run_blocking(fn: Callable[..., object], /, **kwargs: object) -> object:
     """``fn(**kwargs)`` in a worker thread, with the caller's context variables (a tool
     reads the run's tool policy from one), as ``asyncio.to_thread`` does.
 
-    The worker hands its outcome straight to the loop (``call_soon_threadsafe``) instead of
-    through ``run_in_executor``'s pair of chained futures: 24 -> 18 us a call. As there, a
-    wait cancelled before the call started keeps it from starting.
+    The worker hands its outcome straight to the loop (``call_soon_threadsafe``); a wait
+    cancelled before the call started keeps it from starting, as with ``run_in_executor``.
     """
     loop = asyncio.get_running_loop()
     done: asyncio.Future[object] = loop.create_future()
-    work = functools.partial(_work, loop, done, contextvars.copy_context(), fn, kwargs)
-    job = _executor().submit(work)
-    try:
-        return await done
-    except asyncio.CancelledError:
-        job.cancel()
-        raise
+    context = contextvars.copy_context()
+
+    def job() -> Callable[[], None]:
+        value: object = None
+        error: BaseException | None = None
+        if not done.cancelled():
+            try:
+                value = context.run(fn, **kwargs)
+            except BaseException as exc:  # the caller's to handle, as run_in_executor passes it
+                error = exc
+        return lambda: _hand_back(loop, done, value, error)
+
+    _pool().submit(job)
+    return await done
 
 
-def _work(
+def _hand_back(
     loop: asyncio.AbstractEventLoop,
     done: asyncio.Future[object],
-    context: contextvars.Context,
-    fn: Callable[..., object],
-    kwargs: dict[str, object],
+    value: object,
+    error: BaseException | None,
 ) -> None:
-    value: object = None
-    error: BaseException | None = None
-    try:
-        value = context.run(fn, **kwargs)
-    except BaseException as exc:  # the caller's to handle, as run_in_executor passes it
-        error = exc
     with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
         loop.call_soon_threadsafe(_settle, done, value, error)
 

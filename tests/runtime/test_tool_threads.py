@@ -7,7 +7,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import multiprocessing
+import os
 import threading
+
+import pytest
 
 from openprogram_yaml.runtime.blocking import MAX_TOOL_THREADS, run_blocking
 from openprogram_yaml.runtime.toolloop import call_maybe_async
@@ -128,3 +132,27 @@ def test_a_result_after_the_caller_stopped_waiting_goes_nowhere_quietly() -> Non
     finally:
         loop.close()
     assert errors == []
+
+
+def _tool_in_a_fresh_loop() -> None:
+    def tool(text: str) -> str:
+        return text
+
+    async def run() -> object:
+        return await run_blocking(tool, text="child")
+
+    raise SystemExit(0 if asyncio.run(run()) == "child" else 1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_gets_threads_of_its_own() -> None:
+    # The parent's workers exist (and wait) in the parent only: a child that queued its
+    # call for them would wait forever.
+    assert asyncio.run(call_maybe_async(lambda: "parent", False, {})) == "parent"
+    child = multiprocessing.get_context("fork").Process(target=_tool_in_a_fresh_loop)
+    child.start()
+    child.join(timeout=30)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("a sync tool in a forked child never ran")
+    assert child.exitcode == 0
