@@ -10,9 +10,10 @@ run used. What is stored is redacted with the run's secrets, as records are.
 A front end takes two steps around each run: ``store.begin_turn(name, agent, method)``
 gives the prior messages to pass to the run (``RunService.start(history=…)``), and
 ``store.end_turn(name, user, record)`` keeps the exchange when the run ends ok. Async code
-(serve) calls ``async_begin_turn`` and ``async_end_turn``: the same steps in a worker thread,
-so a store another process keeps locked (a write waits up to ``busy_timeout_s``) never
-stalls the event loop. A store still locked after the wait is ``SessionStoreBusy``: try again
+(serve) calls ``async_begin_turn`` and ``async_end_turn`` (other steps: ``in_worker``): the
+same steps in the store's own worker thread, so a store another process keeps locked (a
+write waits up to ``busy_timeout_s``) never stalls the event loop, nor holds the loop's
+default executor. A store still locked after the wait is ``SessionStoreBusy``: try again
 later (serve answers 503).
 """
 
@@ -20,16 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
 import sqlite3
 import threading
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from ..errors import UsageError
 from ..redaction import redact
@@ -197,6 +200,9 @@ class SessionMessage:
 #: What a session keeps of a file input's data (an image, a PDF, audio) in a message.
 FILE_NOT_KEPT = "(a file, not kept in the session)"
 
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
 #: How long a step waits for another process (a chat, a server) to end its write.
 DEFAULT_BUSY_TIMEOUT_S = 5.0
 
@@ -214,6 +220,10 @@ class SessionStore:
         self._db: sqlite3.Connection | None = None
         # Reentrant: a step (``open``) runs others (``get``) while holding it.
         self._lock = threading.RLock()
+        # The async faces' one thread (steps take turns on the lock anyway): a store waiting
+        # on another process's lock never holds the loop's default executor, which has 6
+        # threads on 2 CPUs and runs the server's reloads and sync model functions.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="session-store")
 
     def _connect(self) -> sqlite3.Connection:
         if self._db is None:
@@ -368,9 +378,15 @@ class SessionStore:
             self.open(name, agent, method)
             return self.history(name)
 
+    async def in_worker(self, step: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``step(*args, **kwargs)``, a step using this store, in the store's own worker
+        thread: the event loop runs on while the store waits."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._worker, functools.partial(step, *args, **kwargs))
+
     async def async_begin_turn(self, name: str, agent: str, method: str) -> tuple[Message, ...]:
-        """``begin_turn`` in a worker thread: the event loop runs on while the store waits."""
-        return await asyncio.to_thread(self.begin_turn, name, agent, method)
+        """``begin_turn`` in the store's worker thread (``in_worker``)."""
+        return await self.in_worker(self.begin_turn, name, agent, method)
 
     def end_turn(self, name: str, user: str, record: RunRecord) -> bool:
         """Keep a turn (the person's message ``user`` and the run's answer), redacted with
@@ -388,8 +404,8 @@ class SessionStore:
         return True
 
     async def async_end_turn(self, name: str, user: str, record: RunRecord) -> bool:
-        """``end_turn`` in a worker thread: the event loop runs on while the store waits."""
-        return await asyncio.to_thread(self.end_turn, name, user, record)
+        """``end_turn`` in the store's worker thread (``in_worker``)."""
+        return await self.in_worker(self.end_turn, name, user, record)
 
     def delete(self, name: str) -> None:
         """Remove session ``name`` and its messages (a ``UsageError`` when there is none)."""

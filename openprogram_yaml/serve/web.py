@@ -17,7 +17,6 @@ results are untrusted), and a Content-Security-Policy allows only the page's own
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -133,7 +132,8 @@ class _WebPage:
     async def sessions(self, request: web.Request) -> web.Response:
         agent, method = request.query.get("agent"), request.query.get("method")
         try:
-            found = await asyncio.to_thread(self.state.sessions.sessions)
+            store = self.state.sessions
+            found = await store.in_worker(store.sessions)
         except SessionStoreBusy as exc:
             raise Refused(503, str(exc)) from None
         except UsageError as exc:  # a store that cannot be opened or read
@@ -148,7 +148,8 @@ class _WebPage:
     async def session(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
         try:
-            info, messages = await asyncio.to_thread(_session_and_messages, self.state, name)
+            store = self.state.sessions
+            info, messages = await store.in_worker(_session_and_messages, self.state, name)
             if info is None:
                 raise Refused(404, f"no session '{name}'; GET /api/sessions lists them")
         except SessionStoreBusy as exc:
@@ -174,8 +175,8 @@ class _WebPage:
 def _session_and_messages(
     state: ServeState, name: str
 ) -> tuple[SessionInfo | None, list[SessionMessage]]:
-    """Session ``name`` and its messages (none when there is no such session); run in a
-    worker thread: the store may wait on another process's lock."""
+    """Session ``name`` and its messages (none when there is no such session); run in the
+    store's worker thread: the store may wait on another process's lock."""
     info = state.sessions.get(check_name(name))
     return info, [] if info is None else state.sessions.messages(name)
 

@@ -412,3 +412,38 @@ def test_a_served_turn_keeps_the_text_of_its_inputs_not_their_files(
     compare = user_text(agent.method("compare"), {"photo": photo, "topic": "t", "tone": "dry"})
     assert json.loads(look) == {"photo": FILE_NOT_KEPT}
     assert json.loads(compare) == {"photo": FILE_NOT_KEPT, "topic": "t", "tone": "dry"}
+
+
+def test_a_store_waiting_on_a_lock_never_holds_the_loops_default_executor(
+    tmp_path: Path,
+) -> None:
+    # More new sessions wait on a locked store (their first write) than the default executor
+    # has threads: the server's work that uses that executor (reloads, sync model functions)
+    # still runs at once.
+    import os
+
+    with _store(tmp_path) as store:
+        store.open("s", "pal", "talk")
+    locker = sqlite3.connect(sessions_path(tmp_path), isolation_level=None)
+    waiting_turns = min(32, (os.cpu_count() or 1) + 4) + 1
+
+    async def main() -> tuple[int, list[int]]:
+        with SessionStore(sessions_path(tmp_path), busy_timeout_s=60) as store:
+            locker.execute("BEGIN EXCLUSIVE")
+            try:
+                turns = [
+                    asyncio.ensure_future(store.async_begin_turn(f"new-{n}", "pal", "talk"))
+                    for n in range(waiting_turns)
+                ]
+                await asyncio.sleep(0)  # each turn is queued for its thread
+                other = await asyncio.wait_for(asyncio.to_thread(lambda: 42), timeout=30)
+            finally:
+                locker.execute("ROLLBACK")
+            return other, [len(history) for history in await asyncio.gather(*turns)]
+
+    try:
+        other, histories = asyncio.run(main())
+    finally:
+        locker.close()
+    assert other == 42
+    assert histories == [0] * waiting_turns
