@@ -62,7 +62,11 @@ def read_regular_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
     or device, ``FileRefused`` when it is missing or cannot be opened or read.
     """
     # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    # O_NOCTTY: a terminal named as a file must not become the controlling terminal of a
+    # process without one (a server started with setsid), whose hang-up would then stop it.
+    flags = os.O_RDONLY
+    for name in ("O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC"):
+        flags |= getattr(os, name, 0)
     try:
         descriptor = os.open(path, flags)
     except FileNotFoundError:

@@ -7,6 +7,8 @@ A FIFO or a device named as an image must be refused, not waited on forever; a f
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,34 @@ def test_a_file_at_the_cap_is_read_whole(tmp_path: Path) -> None:
     with exact.open("wb") as fh:
         fh.truncate(content.MAX_MEDIA_BYTES)
     assert len(read_block_file(exact)) == content.MAX_MEDIA_BYTES
+
+
+_NAMES_A_TERMINAL = """
+import os
+from openprogram_yaml.runtime.content import MediaError, read_block_file
+os.setsid()  # a session leader without a controlling terminal, as a daemon is
+controller, follower = os.openpty()
+try:
+    read_block_file(os.ttyname(follower))
+except MediaError as exc:
+    print(exc)
+try:
+    os.close(os.open("/dev/tty", os.O_RDWR))
+    print("a controlling terminal")
+except OSError:
+    print("no controlling terminal")
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "setsid") or not hasattr(os, "openpty"), reason="no ptys")
+def test_a_terminal_named_as_a_file_is_refused_and_never_becomes_the_controlling_one() -> None:
+    shown = subprocess.run(
+        [sys.executable, "-c", _NAMES_A_TERMINAL],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    assert "not a regular file (a device)" in shown[0]
+    assert shown[1] == "no controlling terminal"
