@@ -4,7 +4,7 @@ The rule (for ``python:`` tools and tools given to ``Runtime``): an ``async def`
 runs on the event loop; a plain ``def`` runs in a worker thread. A sync function may block
 (a network call, a file, a subprocess), and on the loop it would stall every other run of
 the process: a batch's other rows, a server's other requests. The hop to a thread costs
-40-100 us a call (benchmarks/README.md, per_call.py); a tool that must be faster than that
+about 20 us a call (benchmarks/README.md, per_call.py); a tool that must be faster than that
 is written ``async def``.
 
 The pool is not the loop's default executor: that one has ``min(32, CPUs + 4)`` threads, 6
