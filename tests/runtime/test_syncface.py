@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 
 import pytest
 
@@ -93,3 +94,23 @@ def test_inside_a_running_loop_the_call_runs_elsewhere_with_the_callers_context(
         assert asyncio.run(caller()) == "the caller's"
     finally:
         runner.close()
+
+
+def test_a_call_left_pending_by_an_interrupted_run_does_not_stop_a_later_one() -> None:
+    # Ctrl-C during a sync exec leaves its task pending (as run_until_complete does); when
+    # it ends during the next exec, that exec must still run to its own end.
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    outcomes = []
+    for lean in (False, True):
+        loop = asyncio.new_event_loop()
+        run = functools.partial(_run_to_end, loop) if lean else loop.run_until_complete
+        try:
+            loop.call_soon(interrupt)
+            with pytest.raises(KeyboardInterrupt):
+                run(_answer("left behind", turns=2))
+            outcomes.append(run(_answer("next", turns=6)))
+        finally:
+            loop.close()
+    assert outcomes == ["next", "next"]
