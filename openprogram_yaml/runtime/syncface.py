@@ -47,12 +47,20 @@ def _run_to_end(loop: asyncio.AbstractEventLoop, coro: Awaitable[T]) -> T:
     except BaseException:
         if task.done() and not task.cancelled():
             task.exception()  # retrieved: not logged again as "never retrieved"
-        live[0] = False  # left pending, as run_until_complete leaves it (Ctrl-C)
+        _leave_behind(task, live)  # left pending, as run_until_complete leaves it (Ctrl-C)
         raise
     if not task.done():
-        live[0] = False
+        _leave_behind(task, live)
         raise RuntimeError("Event loop stopped before Future completed.")
     return task.result()
+
+
+def _leave_behind(task: asyncio.Task[T], live: list[bool]) -> None:
+    """A call nobody waits for: it stops no later run, and, as with ``run_until_complete``,
+    a loop closed with it still pending (the ``Runtime`` closed after Ctrl-C) destroys it
+    quietly, without "Task was destroyed but it is pending!" on stderr."""
+    live[0] = False
+    setattr(task, "_log_destroy_pending", False)  # noqa: B010 (what run_until_complete sets)
 
 
 def _run_on_fresh_loop(coro: Awaitable[T]) -> T:
