@@ -48,6 +48,7 @@ __all__ = [
     "file_digest",
     "file_reads",
     "library_stamps",
+    "settled",
 ]
 
 #: The libraries whose version can change what a compile gives (messages, checks).
@@ -56,6 +57,18 @@ _LIBRARIES = ("jinja2", "jsonschema", "referencing", "pydantic", "pydantic_core"
 #: A file changed less than this long before it was compiled may change again within the
 #: same timestamp tick, unseen (git calls this "racy"); its stamp cannot vouch for it.
 RACY_NS = 50_000_000
+
+#: A stamp in whole seconds may come from a file system that keeps no finer ones (two
+#: seconds on FAT): the file may have been saved up to a tick later than it says.
+_COARSE_TICK_NS = 2_000_000_000
+
+
+def settled(mtime_ns: int, now_ns: int) -> bool:
+    """Whether a file whose stamp says ``mtime_ns`` can no longer change unseen (within the
+    same tick, keeping its size) after ``now_ns``: its stamp then vouches for what it holds."""
+    coarse = 0 if mtime_ns % 1_000_000_000 else _COARSE_TICK_NS
+    return mtime_ns < now_ns - RACY_NS - coarse
+
 
 #: ``(path, mtime_ns, size, sha256 hex)``.
 FileRead = tuple[str, int, int, str]
@@ -222,22 +235,23 @@ def file_reads(
 
     A file modified less than ``RACY_NS`` before the compile began, or after, is not: it
     may change again within the same timestamp tick, unseen, so its stamp cannot vouch for
-    what the compile read (nor can a file that is gone). ``known`` holds the settled reads
-    made so far in this compile: a file many agents read (a shared template or schema) is
-    hashed once while its stamp holds, as a later compile's check trusts that stamp.
+    what the compile read (nor can a file that is gone; see ``settled``). ``known`` holds
+    the settled reads made so far in this compile: a file many agents read (a shared
+    template or schema) is hashed once while its stamp holds, as a later compile's check
+    trusts that stamp.
     """
     out = []
-    settled = True
+    all_settled = True
     for path in sorted(map(str, paths)):
         try:
             st = os.stat(path)
         except OSError:
             out.append((path, -1, -1, ""))
-            settled = False
+            all_settled = False
             continue
         stamp = (path, st.st_mtime_ns, st.st_size)
-        if st.st_mtime_ns >= started_ns - RACY_NS:
-            settled = False
+        if not settled(st.st_mtime_ns, started_ns):
+            all_settled = False
             out.append((*stamp, file_digest(path)))
             continue
         digest = known.get(stamp) if known is not None else None
@@ -246,7 +260,7 @@ def file_reads(
             if known is not None:
                 known[stamp] = digest
         out.append((*stamp, digest))
-    return tuple(out), settled
+    return tuple(out), all_settled
 
 
 #: How many compiles back a report is remembered: an agent kept longer unchecked (left
@@ -362,6 +376,8 @@ class Build:
         self._reports.pop(self.compiles - _REPORTS_KEPT, None)
         self._reported = None
         self._since.clear()
+        for engine in self.engines.values():
+            engine.forget_unsettled()
 
     def _changed_since(self, compile: int) -> frozenset[str] | None:
         """Every path reported changed after compile ``compile``; None if a compile since

@@ -15,7 +15,8 @@ directory (messages show paths relative to it), and ``PATH`` and ``PYTHONPATH`` 
 and python tools are found through them).
 
 A file that changed while it was being compiled (modified less than ``build.RACY_NS``
-before the compile began, or after) is not trusted, and the program is not kept.
+before the compile began, or after; see ``build.settled``) is not trusted, and the program
+is not kept.
 
 Where: ``$OPENPROGRAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/openprogram-yaml``, else
 ``~/.cache/openprogram-yaml``. ``OPENPROGRAM_CACHE=off`` turns the cache off. A program that
@@ -48,7 +49,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from .._file_writes import write_atomically
 from .._version import __version__
-from .build import RACY_NS, ReadSet
+from .build import ReadSet, settled
 from .paths import find_project_root
 from .program import Program
 
@@ -136,8 +137,7 @@ def store(
     if any(agent.secrets for agent in program.agents.values()):
         return _not_kept(env, "the program holds a secret from the environment")
     reads = program.reads
-    settled = started_ns - RACY_NS
-    if any(mtime_ns < 0 or mtime_ns >= settled for _, mtime_ns, _, _ in reads.files):
+    if any(mtime_ns < 0 or not settled(mtime_ns, started_ns) for _, mtime_ns, _, _ in reads.files):
         # Its stamp cannot vouch for it.
         return _not_kept(env, "a file it read changed while it was compiled")
     changed = reads.changed(env)

@@ -31,7 +31,8 @@ import functools
 import os
 import re
 import threading
-from collections.abc import Collection, Mapping, Sequence
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +44,7 @@ from openprogram_yaml.compile._template_text import (
     reference_col,
     syntax_error_position,
 )
+from openprogram_yaml.compile.build import settled
 from openprogram_yaml.compile.paths import display_path, entry_kind
 from openprogram_yaml.compile.rendering import CompiledTemplate
 from openprogram_yaml.errors import ConfigError, Diagnostic
@@ -136,6 +138,12 @@ def _file_stamp(path: str) -> tuple[int, int] | None:
     return (st.st_mtime_ns, st.st_size)
 
 
+def _all_settled(stamps: Iterable[tuple[int, int] | None], read_ns: int) -> bool:
+    """Whether every file of ``stamps``, read from ``read_ns`` on, was there and had settled
+    (``build.settled``), so that its stamp vouches for what was read from it."""
+    return all(stamp is not None and settled(stamp[0], read_ns) for stamp in stamps)
+
+
 #: What a successful check found: variables read, the files pulled in (their text and
 #: stamps), the names the includes resolved to, and every path the resolving looked at
 #: with what was there (a template appearing in an earlier folder changes a resolution);
@@ -190,6 +198,10 @@ class TemplateEngine:
         self._lock = threading.Lock()
         self._checker: _jinja.PromptSandbox | None = None
         self._checked: dict[tuple[Any, ...], _Checked] = {}
+        # What was kept from files that had not settled (``build.settled``) when read: it
+        # serves the rest of this compile, not the next (``forget_unsettled``).
+        self._unsettled_checks: list[tuple[Any, ...]] = []
+        self._unsettled_files: list[Path] = []
         self._analyses = {} if analyses is None else analyses
 
     def compile(
@@ -215,6 +227,7 @@ class TemplateEngine:
         ``real_path``: the file at ``origin``, links resolved, when the caller has it.
         """
 
+        started_ns = time.time_ns()  # before anything is read: see _all_settled
         template_name = name or str(origin.start)
         base_dir = real_path.parent if real_path is not None else _resolved_folder(origin.path)
         checked_key = (
@@ -261,17 +274,32 @@ class TemplateEngine:
 
         sources = dict(check.sources)
         variables = frozenset(check.variables)
-        if len(self._checked) >= _CHECKED_KEPT:
-            self._checked.clear()
         stamps = {key: _file_stamp(key) for key in sources}
         files = frozenset(Path(key) for key in sources)
         links = dict(check.links)
+        if len(self._checked) >= _CHECKED_KEPT:
+            self._checked.clear()
         self._checked[checked_key] = (variables, sources, links, stamps, check.lookups, files)
+        if not _all_settled(stamps.values(), started_ns):
+            self._unsettled_checks.append(checked_key)  # a file it pulls in may change unseen
         if lookups is not None:
             lookups.update(check.lookups)
         return self._compiled(
             source, template_name, origin, variables, sources, links, files, cache_code
         )
+
+    def forget_unsettled(self) -> None:
+        """Drop the checks and files kept from files that had not settled when read: a
+        file saved again within the same timestamp tick, with the same size, keeps its
+        stamp. Called as a compile begins (``Build.begin``); within one compile they are
+        shared, as each file is read once."""
+        with self._lock:
+            for path in self._unsettled_files:
+                self._files.pop(path, None)
+            self._unsettled_files.clear()
+            for key in self._unsettled_checks:
+                self._checked.pop(key, None)
+            self._unsettled_checks.clear()
 
     @staticmethod
     def _compiled(
@@ -435,6 +463,7 @@ class TemplateEngine:
         return ", ".join(_display_str(p) + os.sep for p in self.search_paths)
 
     def _load(self, path: Path) -> _FileEntry:
+        read_ns = time.time_ns()
         try:
             stat = path.stat()
             stamp = (stat.st_mtime_ns, stat.st_size)
@@ -456,6 +485,8 @@ class TemplateEngine:
         entry = _FileEntry(stamp, source, analysis, problems)
         with self._lock:
             self._files[path] = entry
+            if not _all_settled([stamp], read_ns):
+                self._unsettled_files.append(path)  # it may change unseen
         return entry
 
 
