@@ -47,16 +47,17 @@ class _ToolThreads:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
-        #: Workers waiting for a job and not yet promised one.
+        #: Workers waiting for a job and not yet promised one, less the jobs queued that no
+        #: worker is promised to (below zero: a backlog, every thread busy).
         self._idle = 0
 
     def submit(self, job: _Job) -> None:
         with self._lock:
-            start = not self._idle and self._threads < self.limit
-            if self._idle:
-                self._idle -= 1  # that worker takes this job
-            elif start:
+            self._idle -= 1  # a waiting worker takes this job, or it waits for one
+            start = self._idle < 0 and self._threads < self.limit
+            if start:
                 self._threads += 1
+                self._idle += 1  # the new worker takes it
         self._jobs.put(job)
         if start:
             name = f"openprogram-tool-{self._threads}"
@@ -106,6 +107,12 @@ async def run_blocking(fn: Callable[..., object], /, **kwargs: object) -> object
         if not done.cancelled():
             try:
                 value = context.run(fn, **kwargs)
+            except StopIteration as exc:
+                # A future refuses StopIteration (a TypeError on the loop, and the wait never
+                # ended); a coroutine turns it into RuntimeError (PEP 479), so the same here.
+                name = getattr(fn, "__qualname__", type(fn).__qualname__)
+                error = RuntimeError(f"{name} raised StopIteration")
+                error.__cause__ = exc
             except BaseException as exc:  # the caller's to handle, as run_in_executor passes it
                 error = exc
         return lambda: _hand_back(loop, done, value, error)

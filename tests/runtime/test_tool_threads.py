@@ -10,13 +10,17 @@ import contextvars
 import multiprocessing
 import os
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from openprogram_yaml.runtime.blocking import MAX_TOOL_THREADS, run_blocking
+from openprogram_yaml.providers.test import Reply
+from openprogram_yaml.runtime.blocking import MAX_TOOL_THREADS, _ToolThreads, run_blocking
 from openprogram_yaml.runtime.toolloop import call_maybe_async
 
 TOGETHER = 40
+ITEMS = {"type": "object", "properties": {"items": {"type": "array"}}, "required": ["items"]}
 
 
 def test_forty_blocking_tool_calls_run_at_once() -> None:
@@ -156,3 +160,41 @@ def test_a_forked_child_gets_threads_of_its_own() -> None:
         child.kill()
         pytest.fail("a sync tool in a forked child never ran")
     assert child.exitcode == 0
+
+
+def test_a_sync_tool_raising_stopiteration_is_an_error_result_not_a_hang(make: Any) -> None:
+    # asyncio refuses StopIteration in a future: the outcome was lost on the loop (a
+    # TypeError logged there) and the exec waited forever. Now a RuntimeError, as a
+    # coroutine's StopIteration becomes (PEP 479), which the model sees as the tool's error.
+    def first(items: list[str]) -> str:
+        return next(iter(items))
+
+    tool = {"spec": {"name": "first", "description": "d", "parameters": ITEMS}, "execute": first}
+    rt, model = make([Reply.call("first", {"items": []}), "recovered"])
+    outcome: list[object] = []
+    caller = threading.Thread(target=lambda: outcome.append(rt.exec("x", tools=[tool])))
+    caller.daemon = True
+    caller.start()
+    caller.join(timeout=30)  # at once when it works
+    assert outcome == ["recovered"]
+    result = model.requests[1].messages[-1]
+    assert result.is_error and "first raised StopIteration" in result.text()
+
+
+def test_after_a_backlog_the_pool_counts_each_waiting_worker_once() -> None:
+    # Jobs queued while every thread was busy made each worker count itself idle again
+    # after them: 2 threads counted 5 idle, a count that no longer meant waiting workers.
+    pool = _ToolThreads(limit=2)
+    gate = threading.Event()
+    handed_back = threading.Semaphore(0)
+
+    def job() -> Callable[[], None]:
+        gate.wait(10)
+        return handed_back.release
+
+    for _ in range(5):
+        pool.submit(job)
+    gate.set()
+    for _ in range(5):
+        assert handed_back.acquire(timeout=10)
+    assert (pool._threads, pool._idle) == (2, 2)
