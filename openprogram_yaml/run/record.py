@@ -10,7 +10,6 @@ cost, the models that failed and passed their call on (``fallbacks``), timing, s
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import threading
 from collections.abc import Mapping
@@ -118,40 +117,10 @@ def run_secrets(agent: Agent, environ: Mapping[str, str] | None = None) -> froze
     return frozenset(found)
 
 
-class _EnvironSecrets:
-    """``env_secrets()`` of this process's environment, walked again only once it changed.
-
-    Every run reads the environment's secrets when it starts, since the process may change
-    its environment between runs. The walk decodes every variable's name (6 us at 38
-    variables, about twice that inside a run); comparing ``os.environ``'s own mapping of
-    bytes with the copy taken at the last walk costs under a microsecond, so the walk is
-    done again only when a variable was set, changed or removed since.
-    """
-
-    def __init__(self) -> None:
-        self._last: tuple[dict[bytes, bytes], frozenset[str]] | None = None
-
-    def get(self) -> frozenset[str]:
-        data = getattr(os.environ, "_data", None)
-        if not isinstance(data, dict):  # not CPython's os.environ: walk it every time
-            return frozenset(env_secrets())
-        last = self._last
-        if last is not None and last[0] == data:
-            return last[1]
-        seen = dict(data)  # copied before the walk: a change during it is seen next time
-        found = frozenset(env_secrets())
-        self._last = (seen, found)
-        return found
-
-
-#: The one owner of the environment's secrets as last walked (``environ_secrets``).
-_ENVIRON_SECRETS = _EnvironSecrets()
-
-
 def environ_secrets() -> frozenset[str]:
-    """``redaction.env_secrets()`` of ``os.environ`` as it is now, the walk reused while
-    the environment is unchanged."""
-    return _ENVIRON_SECRETS.get()
+    """``redaction.env_secrets()`` of ``os.environ`` as it is now (the walk is reused there
+    while the environment is unchanged)."""
+    return env_secrets()
 
 
 def error_dict(exc: BaseException) -> dict[str, object]:
