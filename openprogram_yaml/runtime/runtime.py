@@ -13,6 +13,7 @@ import asyncio
 import os
 import random as _random
 import secrets
+import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -69,6 +70,9 @@ if TYPE_CHECKING:
 __all__ = ["Runtime"]
 
 T = TypeVar("T")
+
+#: Held while a ``Runtime`` makes its ``LoopRunner`` (rarely: once per Runtime that runs sync).
+_LOOP_RUNNER_MADE = threading.Lock()
 
 
 def _default_selector() -> RuntimeSelector:
@@ -145,7 +149,9 @@ class Runtime:
         #: Which tool calls run for real (``runtime.toolgate``); one per run.
         self.tool_gate = tool_gate if tool_gate is not None else ToolGate()
         self._toolsets: dict[str, ToolsetPreset] = {}
-        self._loops = LoopRunner()
+        #: The sync face's loops (``exec`` and the sync ``ask``…), made at its first use:
+        #: a run's Runtime used only through ``async_exec`` never needs one.
+        self._loop_runner: LoopRunner | None = None
         self._selector: RuntimeSelectorProtocol | None = None
         self._fixed: AgentRuntimeProtocol | None = None
         if runtimes is not None and call is not None:
@@ -175,6 +181,16 @@ class Runtime:
         self.register_tools(*tools)
         for name, preset in (toolsets or {}).items():
             self.register_toolset(name, preset)
+
+    @property
+    def _loops(self) -> LoopRunner:
+        runner = self._loop_runner
+        if runner is None:
+            with _LOOP_RUNNER_MADE:  # two threads' first exec at once make one between them
+                runner = self._loop_runner
+                if runner is None:
+                    runner = self._loop_runner = LoopRunner()
+        return runner
 
     def __repr__(self) -> str:
         return (
@@ -550,7 +566,8 @@ class Runtime:
                 self._loops.run(self.aclose())
             # Inside a running loop we cannot wait here; ``await aclose()`` is the async way.
         self._closed = True
-        self._loops.close()
+        if self._loop_runner is not None:
+            self._loop_runner.close()
 
     def __enter__(self) -> Runtime:
         return self

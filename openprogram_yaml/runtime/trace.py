@@ -14,8 +14,8 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -153,7 +153,8 @@ class SessionTrace:
         """Open a node under the current span; close it with ``finish``."""
         parent = _current.get()
         node = TraceNode(
-            id=uuid.uuid4().hex[:16],
+            # 64 random bits, as the 16 hex digits of a uuid4 were (a third of its cost).
+            id=secrets.token_hex(8),
             kind=kind,
             name=name,
             parent_id=parent.id if parent is not None else None,

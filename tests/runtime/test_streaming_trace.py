@@ -183,3 +183,14 @@ def test_a_run_failing_before_any_request_is_recorded(make: Any) -> None:
     assert node.kind == "exec" and node.status == "error"
     assert node.error is not None and node.error["code"] == "unsupported"
     assert node.data["options"]["response_format"] == {"type": "object"}
+
+
+def test_trace_node_ids_are_unique_random_hex(make: Any) -> None:
+    # 64 random bits each (secrets.token_hex), the 16 hex digits a uuid4's were cut to.
+    trace = SessionTrace()
+    runtime, _ = make(["ok"] * 200, trace=trace)
+    for _ in range(200):
+        runtime.exec("hi")
+    ids = [node.id for node in trace.nodes]
+    assert len(ids) == 200 and len(set(ids)) == 200
+    assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+from typing import Any
 
 import pytest
 
@@ -114,3 +115,29 @@ def test_a_call_left_pending_by_an_interrupted_run_does_not_stop_a_later_one() -
         finally:
             loop.close()
     assert outcomes == ["next", "next"]
+
+
+def test_a_runtime_makes_its_sync_loops_at_its_first_sync_call(make: Any) -> None:
+    # A run's Runtime used only through async_exec never needs the sync face; one that is
+    # then called from several threads at once gets one runner with a loop for each.
+    import threading
+
+    runtime, _ = make(["a", "b", "c", "d", "e"])
+    assert asyncio.run(runtime.async_exec("hi")) == "a"
+    loops: list[int] = []
+    answers: list[object] = []
+
+    def call() -> None:
+        answers.append(runtime.exec("hi"))
+        loops.append(id(runtime._loops._loop()))
+
+    threads = [threading.Thread(target=call) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(answers) == ["b", "c", "d"] and len(set(loops)) == 3
+    assert runtime.exec("hi") == "e"
+    runtime.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        runtime.exec("hi")
