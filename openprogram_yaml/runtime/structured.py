@@ -264,6 +264,12 @@ def parse_json_strict(text: str) -> JSONValue:
         raise StructuredOutputValidationError(
             "the reply is not valid JSON", code="invalid_json", issues=[f"$: {exc}"]
         ) from None
+    except ValueError:  # int()'s limit on digits (sys.get_int_max_str_digits, 4,300)
+        raise StructuredOutputValidationError(
+            "the reply is not valid JSON",
+            code="invalid_json",
+            issues=["$: a number has more digits than the JSON decoder reads"],
+        ) from None
     except RecursionError:
         raise StructuredOutputValidationError(
             "the reply is not valid JSON",

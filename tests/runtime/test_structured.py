@@ -540,6 +540,26 @@ def test_a_reply_nested_past_the_decoders_depth_is_invalid_json_and_repaired(mak
     assert len(model.requests) == 2
 
 
+def test_a_number_past_the_int_digit_limit_is_invalid_json_and_repaired(make: Any) -> None:
+    # int() refuses more than 4,300 digits with a plain ValueError, which left the exec
+    # as it was instead of a repair (a model's or a hostile server's reply).
+    huge = "9" * 5_000
+    with pytest.raises(StructuredOutputValidationError) as info:
+        parse_json_strict(f'{{"label": "bug", "score": {huge}}}')
+    assert info.value.code == "invalid_json"
+    assert huge not in str(info.value.issues)
+    rt, model = make(
+        [Reply.text(f'{{"label": "bug", "score": {huge}}}'), Reply.json(GOOD)], caps=NATIVE
+    )
+    assert rt.exec("x", response_format=SCHEMA) == GOOD
+    assert len(model.requests) == 2
+    add = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    tool = {"spec": {"name": "add", "description": "d", "parameters": add}, "execute": int}
+    rt, model = make([Reply.call("add", f'{{"n": {huge}}}'), "done"], caps=NATIVE)
+    assert rt.exec("x", tools=[tool]) == "done"
+    assert model.requests[1].messages[-1].is_error
+
+
 def test_a_fresh_copy_of_the_same_envelope_gives_the_same_output() -> None:
     # A compiled method passes dict(its envelope) on every call: made once, not per call.
     schema = {"type": "object", "properties": {"label": {"type": "string"}}}
