@@ -16,7 +16,8 @@ the ``Host`` the request was sent to.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ..access import LOOPBACK_NAMES, is_same_origin
@@ -25,6 +26,7 @@ from ..json_types import JSONValue
 __all__ = [
     "LOOPBACK_HOSTS",
     "MAX_JSON_DEPTH",
+    "MAX_JSON_ITEMS",
     "TOKEN_COOKIE",
     "ServeLimits",
     "media_refusal",
@@ -42,6 +44,12 @@ TOKEN_COOKIE = "openprogram_token"
 #: Inputs nested deeper are refused: templates, schema validation and the record all
 #: recurse, and about 1,000 levels crash them. Ruby's JSON parser stops at the same depth.
 MAX_JSON_DEPTH = 100
+
+#: Bodies holding more items (values in arrays and objects, and the arrays and objects
+#: themselves) are refused before they are parsed: an item takes 50-100 bytes once parsed,
+#: so a body at serve's cap (28 MiB) of ``[{},{},…]`` took 830 MB; a million items is more
+#: than any model reads at once.
+MAX_JSON_ITEMS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,46 +120,91 @@ def media_refusal(content_type: str | None) -> str | None:
 
 _DEEPER = f"it nests arrays and objects deeper than {MAX_JSON_DEPTH}"
 _HALF_PAIR = "a string in it holds half of a UTF-16 surrogate pair (such as \\ud800), not text"
+_MANY = (
+    f"it holds more than {MAX_JSON_ITEMS:,} items (values in arrays and objects, "
+    "and the arrays and objects themselves)"
+)
+
+#: A JSON string, from its opening quote to its closing one (or the text's end: the text is
+#: not known to be JSON yet, and a match that cannot fail keeps the scan linear).
+_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+#: The escape of a UTF-16 surrogate (``\ud800``-``\udfff``), and of a pair, which
+#: ``json.loads`` joins into one character (``\ud83d\ude00``).
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_PAIR = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
 def read_json(data: bytes | str) -> JSONValue:
-    """A client's JSON; ``ValueError`` saying what is wrong: not JSON, nested deeper than
-    ``MAX_JSON_DEPTH``, or a string holding half of a UTF-16 pair (``"\\ud800"``: no text,
-    and no UTF-8 for the record or the model)."""
+    """A client's JSON; ``ValueError`` saying what is wrong: not JSON, more than
+    ``MAX_JSON_ITEMS`` items, nested deeper than ``MAX_JSON_DEPTH``, or a string holding
+    half of a UTF-16 pair (``"\\ud800"``: no text, and no UTF-8 for the record or the model).
+
+    What a body may cost is bounded by its text before it is parsed (a body at serve's cap
+    of ``[{},{},…]`` is 9 million dicts), and the checks after parsing read the text, not
+    every value: surrogates can only come from the text's own, or from its escapes.
+    """
     try:
-        value: JSONValue = json.loads(data)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
+        # As json.loads decodes bytes (UTF-8, -16 or -32), done here to read the text.
+        text = (
+            data
+            if isinstance(data, str)
+            else data.decode(json.detect_encoding(data), "surrogatepass")
+        )
     except UnicodeDecodeError:
         raise ValueError("not JSON: it is not UTF-8") from None
+    if _has_too_many_items(text):
+        raise ValueError(_MANY)
+    try:
+        value: JSONValue = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
     except RecursionError:
         raise ValueError(_DEEPER) from None
-    problem = _json_problem(value)
-    if problem is not None:
-        raise ValueError(problem)
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        raise ValueError(_DEEPER)
+    if _has_lone_surrogate(text):
+        raise ValueError(_HALF_PAIR)
     return value
 
 
-def _json_problem(value: object) -> str | None:
-    """Why JSON ``value`` is refused (nested deeper than ``MAX_JSON_DEPTH``, a lone
-    surrogate in a string or a key), or None."""
-    stack: list[tuple[object, int]] = [(value, 1)]
-    while stack:  # a loop, not recursion: the point is to survive any depth
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if not item.isascii() and not _is_text(item):
-                return _HALF_PAIR
-            continue
-        if isinstance(item, dict):
-            children: Iterable[object] = [*item.keys(), *item.values()]
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > MAX_JSON_DEPTH:
-            return _DEEPER
-        stack.extend((c, depth + 1) for c in children)
-    return None
+def _has_too_many_items(text: str) -> bool:
+    """Whether JSON ``text`` holds more than ``MAX_JSON_ITEMS`` items: at least one for each
+    comma and opening bracket outside its strings (a container of n items has n - 1 commas),
+    counted at the speed of ``str.count``."""
+    if text.count(",") + text.count("[") + text.count("{") <= MAX_JSON_ITEMS:
+        return False  # few enough even with the commas and brackets of its strings
+    outside = _STRING.sub("", text)
+    return outside.count(",") + outside.count("[") + outside.count("{") > MAX_JSON_ITEMS
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    """Whether valid JSON ``text`` decodes to a string (or key) holding half of a pair."""
+    if not text.isascii() and not _is_text(text):
+        return True  # a surrogate written as such: only a string can hold it, and alone
+    if _SURROGATE.search(text) is None:
+        return False
+    # Every backslash left begins an escape once the escaped backslashes are gone (each
+    # becomes a character that keeps its neighbours apart); the pairs json.loads joins
+    # go next, from the left as it reads them: an escaped surrogate left is alone.
+    escapes = _SURROGATE_PAIR.sub("", text.replace("\\\\", "_"))
+    return _SURROGATE.search(escapes) is not None
+
+
+def _deeper_than(value: JSONValue, limit: int) -> bool:
+    """Whether JSON ``value`` nests arrays and objects deeper than ``limit``: its containers
+    level by level (a loop, not recursion: the point is to survive any depth)."""
+    level: list[JSONValue] = [value]
+    for _ in range(limit):
+        level = [
+            child
+            for item in level
+            if isinstance(item, (dict, list))
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, (dict, list))
+        ]
+        if not level:
+            return False
+    return True
 
 
 def _is_text(value: str) -> bool:
