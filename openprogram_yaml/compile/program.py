@@ -43,6 +43,13 @@ __all__ = [
 _FILE_MARK = "\ue000file:"
 _FILE_END = "\ue001"
 _FILE_SPLIT = re.compile(f"({_FILE_MARK}\\d+{_FILE_END})")
+#: The input schema of a method that declares no inputs (``compile.agent``).
+_NO_INPUTS_SCHEMA: Mapping[str, JSONValue] = {
+    "type": "object",
+    "properties": {},
+    "required": [],
+    "additionalProperties": False,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +181,10 @@ class Method:
     secrets: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
     #: How much of a chat session it is sent (None: all of it).
     history: HistoryLimit | None = None
+    #: ``_file_inputs`` once worked out (every run asks twice: its inputs and its render).
+    _files_found: list[tuple[tuple[str, tuple[str, ...]], ...]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
 
     @reprlib.recursive_repr()
     def __repr__(self) -> str:
@@ -227,7 +238,13 @@ class Method:
                 "pass a file with -i NAME=@PATH, or a data URL (data:TYPE;base64,DATA)",
                 unusable,
             )
-        issues = self.input_validator.errors(values)
+        # A method that declares no inputs has the schema of no properties, which no inputs
+        # pass without a check (nor the import of the validator it would take).
+        issues = (
+            []
+            if not values and self.input_schema == _NO_INPUTS_SCHEMA
+            else self.input_validator.errors(values)
+        )
         if issues:
             raise InputValidationError(
                 f"inputs of method '{self.name}' of agent '{self.agent}' do not match its "
@@ -236,14 +253,16 @@ class Method:
             )
         return values
 
-    def _file_inputs(self) -> list[tuple[str, tuple[str, ...]]]:
+    def _file_inputs(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """The inputs declared as files (``runtime.content.media_types``), with their types."""
-        found = []
-        for name, schema in self.inputs.items():
-            accepted = media_types(schema)
-            if accepted is not None:
-                found.append((name, accepted))
-        return found
+        if not self._files_found:
+            found = []
+            for name, schema in self.inputs.items():
+                accepted = media_types(schema)
+                if accepted is not None:
+                    found.append((name, accepted))
+            self._files_found.append(tuple(found))
+        return self._files_found[0]
 
     def render(self, inputs: Mapping[str, JSONValue]) -> list[JSONObject]:
         """The content blocks for one call: instructions as a system block, then the prompt.
