@@ -341,21 +341,24 @@ class SessionStore:
         check_name(name)
         with self._lock:  # no other thread's step between looking and creating
             found = self.get(name)
-            if found is not None:
-                if (found.agent, found.method) != (agent, method):
-                    raise SessionMismatchError(
-                        f"session '{name}' talks to {found.agent}.{found.method}, not "
-                        f"{agent}.{method}: resume it with that method or pick another name"
-                    )
-                return found
-            now = _now()
-            with self._using() as db:
-                db.execute(
-                    "INSERT INTO sessions (name, agent, method, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (name, agent, method, now, now),
+            while found is None:
+                now = _now()
+                with self._using() as db:
+                    created = db.execute(
+                        "INSERT INTO sessions (name, agent, method, created_at, updated_at) "
+                        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING",
+                        (name, agent, method, now, now),
+                    ).rowcount
+                if created:
+                    return SessionInfo(name, agent, method, now, now, 0)
+                # Another process (a chat, a server) made it since this one looked.
+                found = self.get(name)
+            if (found.agent, found.method) != (agent, method):
+                raise SessionMismatchError(
+                    f"session '{name}' talks to {found.agent}.{found.method}, not "
+                    f"{agent}.{method}: resume it with that method or pick another name"
                 )
-            return SessionInfo(name, agent, method, now, now, 0)
+            return found
 
     def add_turn(
         self, name: str, user: str, answer: str, *, run_id: str | None, version: str | None

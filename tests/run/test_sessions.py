@@ -19,6 +19,8 @@ from openprogram_yaml.run.history import trim_history
 from openprogram_yaml.run.service import RunService
 from openprogram_yaml.run.sessions import (
     FILE_NOT_KEPT,
+    SessionInfo,
+    SessionMismatchError,
     SessionStore,
     chat_input,
     sessions_path,
@@ -447,3 +449,37 @@ def test_a_store_waiting_on_a_lock_never_holds_the_loops_default_executor(
         locker.close()
     assert other == 42
     assert histories == [0] * waiting_turns
+
+
+class _OvertakenStore(SessionStore):
+    """A store whose first look at a session is followed, before its next step, by another
+    process's store creating that session: the interleaving of two servers (or a server and
+    a chat) opening the same new session at once, made to happen every time."""
+
+    def __init__(self, path: Path, other: SessionStore, agent: str, method: str) -> None:
+        super().__init__(path)
+        self._other: SessionStore | None = other
+        self._made_for = (agent, method)
+
+    def get(self, name: str) -> SessionInfo | None:
+        found = super().get(name)
+        other, self._other = self._other, None
+        if other is not None:
+            other.open(name, *self._made_for)
+        return found
+
+
+@pytest.mark.parametrize("other_method", ["talk", "brief"])
+def test_a_session_another_process_creates_meanwhile_is_opened_not_an_error(
+    tmp_path: Path, other_method: str
+) -> None:
+    """Both looked, found nothing and created: the second INSERT failed its UNIQUE
+    constraint, a UsageError (a 400 from serve) for a request that did nothing wrong."""
+    path = sessions_path(tmp_path)
+    with SessionStore(path) as other, _OvertakenStore(path, other, "pal", other_method) as store:
+        if other_method == "talk":
+            assert store.open("work", "pal", "talk") == other.require("work")
+        else:  # made for another method meanwhile: the same error as had it been there before
+            with pytest.raises(SessionMismatchError, match=r"talks to pal\.brief, not pal\.talk"):
+                store.open("work", "pal", "talk")
+        assert [s.name for s in store.sessions()] == ["work"]
