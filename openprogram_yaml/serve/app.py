@@ -112,8 +112,9 @@ class ServeState:
     sessions_busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S
     #: Chat sessions (``?session=NAME`` on ``POST /run``), opened when a run first names one.
     _sessions: SessionStore | None = field(default=None, init=False, repr=False)
-    #: The secrets of every agent of a version (``secrets``), kept with the version.
-    _agent_secrets: tuple[Program, frozenset[str]] | None = field(
+    #: The secrets of every agent of a version (``secrets``), kept with the version and
+    #: the environment's secrets they were read with.
+    _agent_secrets: tuple[Program, frozenset[str], frozenset[str]] | None = field(
         default=None, init=False, repr=False
     )
 
@@ -155,21 +156,23 @@ class ServeState:
         """Every agent's secrets, the environment's secret-looking values and the token:
         never shown in a reply or the log.
 
-        The agents' are worked out once per program version (their ``${env:…}`` values and
-        runtime keys are the version's: 502 agents took 10 ms a request); the environment,
-        which the process may change, is read on each call, as each run reads it
-        (``environ_secrets``).
+        The agents' are worked out again only for a new program version or a changed
+        environment (502 agents took 10 ms a request): their ``${env:…}`` values are the
+        version's, but the value of a key variable (``api_key_env``) and the environment's
+        secret-looking values are read as each run reads them, and the process may change
+        its environment (``environ_secrets`` hands back a new set then).
         """
+        environ = environ_secrets()
         program = self.holder.program
         if program is None:
-            return self.secrets_of_server() | environ_secrets()
+            return self.secrets_of_server() | environ
         cached = self._agent_secrets
-        if cached is None or cached[0] is not program:
+        if cached is None or cached[0] is not program or cached[1] is not environ:
             found: set[str] = set()
             for agent in program.agents.values():
                 found |= run_secrets(agent)
-            cached = self._agent_secrets = (program, frozenset(found))
-        return cached[1] | environ_secrets() | self.secrets_of_server()
+            cached = self._agent_secrets = (program, environ, frozenset(found))
+        return cached[2] | environ | self.secrets_of_server()
 
     def secrets_of_run(self, agent: Agent) -> frozenset[str]:
         """What a run of ``agent`` must not show (``run_secrets``), and the token: for what
