@@ -27,7 +27,7 @@ from openprogram_yaml.run.reload import ProgramHolder, ReloadEvent
 from openprogram_yaml.run.service import RunService
 from openprogram_yaml.runner.cli import main
 from openprogram_yaml.serve.app import MAX_BODY, Server, ServeState
-from openprogram_yaml.serve.guard import ServeLimits
+from openprogram_yaml.serve.guard import MAX_JSON_ITEMS, ServeLimits
 
 #: Generous: a child process starts Python and compiles; a watchfiles event takes ~10 ms.
 EVENT_TIMEOUT_S = 30.0
@@ -419,6 +419,23 @@ def test_a_lone_surrogate_in_json_gets_400(tmp_path: Path, path: str, body: byte
             assert "surrogate" in json.dumps(reply)
             status, reply = await exchange(port, run_request(port, b'{"x": "\\ud83d\\ude00"}'))
             assert (status, reply["output"]) == (200, "test reply to: p \U0001f600")
+
+    asyncio.run(scenario())
+
+
+def test_json_of_more_items_than_the_bound_gets_400_at_once(tmp_path: Path) -> None:
+    """At serve's body cap, ``[{},{},…]`` was 830 MB once parsed and 12 s of CPU on the
+    event loop before the run was refused; now its items are counted before it is parsed."""
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        async with served(agent) as (_, port):
+            body = b'{"x": [' + b"{}," * MAX_JSON_ITEMS + b"{}]}"
+            status, reply = await exchange(port, run_request(port, body))
+            assert status == 400, reply
+            assert f"more than {MAX_JSON_ITEMS:,} items" in reply["error"]
+            status, _ = await exchange(port, run_request(port))
+            assert status == 200
 
     asyncio.run(scenario())
 
