@@ -13,6 +13,7 @@ schema; a failure becomes a repair turn that feeds the issues back to the model.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -228,6 +229,13 @@ def _reject_constant(name: str) -> NoReturn:
     raise _Unparsable("NaN and Infinity are not valid JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (math.inf, -math.inf):  # 1e999: Infinity by another name
+        raise _Unparsable("a number is too large for a float")
+    return value
+
+
 def _no_duplicate_keys(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
     out: JSONObject = {}
     for key, val in pairs:
@@ -238,7 +246,11 @@ def _no_duplicate_keys(pairs: list[tuple[str, JSONValue]]) -> JSONObject:
 
 
 #: One decoder for ``parse_json_strict`` (``json.loads`` with hooks builds one a call).
-_STRICT = json.JSONDecoder(parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
+_STRICT = json.JSONDecoder(
+    parse_constant=_reject_constant,
+    parse_float=_finite_float,
+    object_pairs_hook=_no_duplicate_keys,
+)
 
 
 def parse_json_strict(text: str) -> JSONValue:

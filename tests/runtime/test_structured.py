@@ -96,6 +96,7 @@ def test_strict_parsing_rejects_loose_json(text: str) -> None:
         '\ufeff{"label": "bug"}',
         '{"a": 1, "a": 2}',
         '{"a": Infinity}',
+        '{"a": 1e999, "b": 2.5e-3}',
         "[1, 2] [3]",
         '{"a": ',
     ],
@@ -109,6 +110,7 @@ def test_the_strict_parser_reads_as_json_loads_with_its_hooks(text: str) -> None
         return json.loads(
             text,
             parse_constant=structured._reject_constant,
+            parse_float=structured._finite_float,
             object_pairs_hook=structured._no_duplicate_keys,
         )
 
@@ -558,6 +560,23 @@ def test_a_number_past_the_int_digit_limit_is_invalid_json_and_repaired(make: An
     rt, model = make([Reply.call("add", f'{{"n": {huge}}}'), "done"], caps=NATIVE)
     assert rt.exec("x", tools=[tool]) == "done"
     assert model.requests[1].messages[-1].is_error
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e999", "1E400"])
+def test_a_number_too_large_for_a_float_is_invalid_json_and_repaired(
+    make: Any, number: str
+) -> None:
+    # float() reads it as infinity: Infinity by another name, which JSON has no value for
+    # (an answer holding one was returned, and written on as "Infinity").
+    with pytest.raises(StructuredOutputValidationError) as info:
+        parse_json_strict(f'{{"label": "bug", "score": {number}}}')
+    assert info.value.issues == ["$: a number is too large for a float"]
+    schema = {"type": "object", "properties": {"score": {"type": "number"}}}
+    rt, model = make(
+        [Reply.text(f'{{"score": {number}}}'), Reply.json({"score": 1e308})], caps=NATIVE
+    )
+    assert rt.exec("x", response_format=schema) == {"score": 1e308}
+    assert len(model.requests) == 2
 
 
 def test_a_fresh_copy_of_the_same_envelope_gives_the_same_output() -> None:
