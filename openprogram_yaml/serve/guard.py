@@ -160,8 +160,8 @@ def read_json(data: bytes | str) -> JSONValue:
         raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
     except RecursionError:
         raise ValueError(_DEEPER) from None
-    if _deeper_than(value, MAX_JSON_DEPTH):
-        raise ValueError(_DEEPER)
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _deeper_than(value, MAX_JSON_DEPTH):
+        raise ValueError(_DEEPER)  # (fewer brackets, in strings or not, nest no deeper)
     if _has_lone_surrogate(text):
         raise ValueError(_HALF_PAIR)
     return value
@@ -171,6 +171,8 @@ def _has_too_many_items(text: str) -> bool:
     """Whether JSON ``text`` holds more than ``MAX_JSON_ITEMS`` items: at least one for each
     comma and opening bracket outside its strings (a container of n items has n - 1 commas),
     counted at the speed of ``str.count``."""
+    if len(text) <= MAX_JSON_ITEMS:
+        return False  # each item takes a character at least
     if text.count(",") + text.count("[") + text.count("{") <= MAX_JSON_ITEMS:
         return False  # few enough even with the commas and brackets of its strings
     outside = _STRING.sub("", text)
