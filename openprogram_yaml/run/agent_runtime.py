@@ -104,6 +104,7 @@ def open_runtime(
     asker: Asker | None = None,
     on_event: Callable[[JSONObject], None] | None = None,
     model: str | None = None,
+    tools: Sequence[object] | None = None,
 ) -> OpenRuntime:
     """A ``Runtime`` set up from ``agent``'s model, retry policy and runtime rules, for
     ``async with``.
@@ -116,10 +117,11 @@ def open_runtime(
     ``asker`` answers questions and confirmations (None: nobody is there).
     ``on_event`` is told what happens as it happens (``run.events`` names the events).
     ``model`` is the run's model when it overrides the agent's (an offline run starts no
-    MCP server).
+    MCP server). ``tools`` are ``agent.tools`` as made for the runs of a version
+    (``VersionRuntimes.tools``); None: ``agent.tools``.
     """
     return OpenRuntime(
-        agent, shared, wrap_selector, trace, tool_gate, on_retry, asker, on_event, model
+        agent, shared, wrap_selector, trace, tool_gate, on_retry, asker, on_event, model, tools
     )
 
 
@@ -140,6 +142,7 @@ class OpenRuntime:
         "selector",
         "shared",
         "tool_gate",
+        "tools",
         "trace",
         "wrap_selector",
     )
@@ -155,6 +158,7 @@ class OpenRuntime:
         asker: Asker | None,
         on_event: Callable[[JSONObject], None] | None,
         model: str | None,
+        tools: Sequence[object] | None = None,
     ) -> None:
         self.agent = agent
         self.shared = shared
@@ -165,6 +169,7 @@ class OpenRuntime:
         self.asker = asker
         self.on_event = on_event
         self.model = model
+        self.tools = agent.tools if tools is None else tools
         self.selector: RuntimeSelectorProtocol | None = None
         self.runtime: Runtime | None = None
 
@@ -178,7 +183,7 @@ class OpenRuntime:
             tools = (
                 await _agent_tools(agent, selector, self.tool_gate, self.model)
                 if agent.tool_servers
-                else agent.tools
+                else self.tools
             )
         except BaseException:
             try:

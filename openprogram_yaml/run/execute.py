@@ -112,6 +112,7 @@ async def execute_run(
             asker=asker,
             on_event=on_event,
             model=model,
+            tools=None if shared is None else shared.tools(agent),
         ) as runtime:
             runtime.meter = meter
             try:

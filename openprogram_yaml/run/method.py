@@ -150,9 +150,11 @@ async def _exec(
 ) -> JSONValue:
     """One model's try at the method's call (``call``: ``async_exec``'s other arguments)."""
     # A method's reply is text, a JSON value (response_format) or what its choices give.
+    # The method's own mapping, not a copy: the runtime keeps what it made of it by the
+    # object (a fresh shallow copy each call, its schema shared anyway, was made anew).
     result: JSONValue = await runtime.async_exec(
         content,
-        response_format=dict(method.response_format) if method.response_format else None,
+        response_format=method.response_format or None,
         model=model_ref,
         **call,
     )

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ..runtime.toolsets import Tool, as_tool
 from ..runtimes.protocol import AgentRuntimeProtocol, RuntimeSelectorProtocol
 from ..runtimes.select import RuntimeSelector, Selection
 from .agent_runtime import close_tools, selector_for
@@ -81,6 +82,8 @@ class VersionRuntimes:
         #: Each agent's ``run_secrets``, with the agent and the environment's secrets it
         #: was made from.
         self._secrets: dict[str, tuple[Agent, frozenset[str], frozenset[str]]] = {}
+        #: Each agent's tools as the ``Tool``s a ``Runtime`` takes, with the agent.
+        self._tools: dict[str, tuple[Agent, tuple[Tool, ...]]] = {}
 
     def __repr__(self) -> str:
         return f"VersionRuntimes(version={self.program.version!r}, runs={self.runs})"
@@ -121,6 +124,17 @@ class VersionRuntimes:
         found = run_secrets(agent)
         self._secrets[agent.name] = (agent, environ, found)
         return found
+
+    def tools(self, agent: Agent) -> tuple[Tool, ...]:
+        """``agent.tools`` as ``Tool``s (``as_tool``), made once for the runs of this
+        version: each run's ``Runtime`` takes them as they are instead of making each
+        again (a compiled tool does not change once compiled)."""
+        cached = self._tools.get(agent.name)
+        if cached is not None and cached[0] is agent:
+            return cached[1]
+        made = tuple(as_tool(tool) for tool in agent.tools)
+        self._tools[agent.name] = (agent, made)
+        return made
 
     def holds(self, agent: Agent) -> bool:
         """Whether this version's program holds this very agent object."""

@@ -82,3 +82,42 @@ def test_a_method_tool_cannot_call_itself_and_the_run_still_ends(tmp_path: Path)
     refused = [n for n in tools if n.error is not None]
     assert len(refused) == 1
     assert "a method tool cannot call itself" in refused[0].error["message"]  # type: ignore[index]
+
+
+def test_a_schema_methods_runs_keep_its_response_format_and_trace_it_alike(write) -> None:  # type: ignore[no-untyped-def]
+    # run_method hands the runtime the method's own response_format (no copy per call):
+    # each run answers and traces alike, and the method's mapping is left as compiled.
+    import copy
+
+    program = compile_path(
+        write(
+            "desk.yaml",
+            """
+            version: 1
+            name: desk
+            model: test
+            methods:
+              label:
+                prompt: Label it.
+                response_schema:
+                  type: object
+                  properties: {label: {type: string, enum: [a, b]}}
+                  required: [label]
+            """,
+        )
+    )
+    method = program.agent("desk").method("label")
+    compiled = copy.deepcopy(method.response_format)
+    stamp = VersionStamp(program.version)
+    traces = [SessionTrace() for _ in range(3)]
+    records = [
+        asyncio.run(execute_run(program, stamp, None, None, {}, trace=trace)) for trace in traces
+    ]
+    assert all(r.status == "ok" for r in records), records[0].error
+    assert len({repr(r.output) for r in records}) == 1
+    options = [
+        [n.data["options"]["response_format"] for n in t.nodes if n.kind == "exec"]
+        for t in traces
+    ]
+    assert options[0] == options[1] == options[2] == [compiled]
+    assert method.response_format == compiled

@@ -250,3 +250,34 @@ def test_record_and_replay_runs_leave_the_shared_selector_open(write, tmp_path: 
         assert len(server.requests) == 2  # the replay asked no server
         assert len(set(ports(server, "/v1/"))) == 1
         assert server.wait_connections_ended(1)
+
+
+def test_runs_sharing_a_version_offer_the_tools_a_lone_run_offers(write) -> None:  # type: ignore[no-untyped-def]
+    # The version makes each agent's Tools once (VersionRuntimes.tools); a run opening its
+    # own runtimes makes them from the agent's tools: the model must be sent the same.
+    with LoopbackServer() as server:
+        server.add(*tool_call_then_answer(), *tool_call_then_answer(), *tool_call_then_answer())
+        program = compile_path(write("shop.yaml", SHOP_AGENT % {"url": server.url}))
+        stamp = VersionStamp(program.version)
+
+        async def main() -> list[RunRecord]:
+            runtimes = SharedRuntimes()
+            shared = runtimes.acquire(program)
+            agent = program.agent("shop")
+            made = shared.tools(agent)
+            assert shared.tools(agent) is made
+            assert [t.spec for t in made] == [t.spec for t in agent.tools]  # type: ignore[attr-defined]
+            records = [await execute_run(program, stamp, None, None, {})]
+            records += [await execute_run(program, stamp, None, None, {}, shared=shared)]
+            records += [await execute_run(program, stamp, None, None, {}, shared=shared)]
+            await runtimes.release(shared)
+            await runtimes.aclose()
+            return records
+
+        records = asyncio.run(main())
+        assert_ok(*records)
+        assert [r.output for r in records] == ["It shipped."] * 3
+        bodies = [r.json for r in server.requests if r.path.startswith("/v1/")]
+        assert len(bodies) == 6
+        assert all(b["tools"] == bodies[0]["tools"] for b in bodies) and bodies[0]["tools"]
+        assert [b["messages"] for b in bodies[2:4]] == [b["messages"] for b in bodies[0:2]]
