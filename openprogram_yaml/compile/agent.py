@@ -102,7 +102,7 @@ def _template(
     """Compile an inline template or one read from a file; report problems to ``col``."""
     if file_ref is not None:
         file_loc = (*loc[:-1], f"{loc[-1]}_file")
-        target, problem = col.resolutions.resolve_inside(path, file_ref, ctx.root)
+        target, problem = col.resolutions.resolve_inside(path, file_ref, ctx.root, col.lookups)
         if target is None:
             col.at(source, file_loc, str(problem))
             return None

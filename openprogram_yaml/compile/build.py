@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .paths import entry_kind, glob_file_names
+from .paths import LINK, entry_kind, glob_file_names, link_kind
 
 if TYPE_CHECKING:
     from ..spec.loader import AgentDocument
@@ -98,7 +98,7 @@ class ReadSet:
             if env_digest(environ.get(name)) != value:
                 return f"${name}"
         for path, kind in self.lookups:
-            if memo.kind(path) != kind:
+            if memo.kind(path) != kind and memo.link(path) != kind:
                 return path
         for read in self.files:
             if not memo.same_file(read):
@@ -186,6 +186,14 @@ class Checked:
         found = self._kinds.get(path)
         if found is None:
             found = self._kinds[path] = entry_kind(path)
+        return found
+
+    def link(self, path: str) -> str:
+        """``link_kind(path)``: what a path recorded as resolved through a link finds now."""
+        key = LINK + path
+        found = self._kinds.get(key)
+        if found is None:
+            found = self._kinds[key] = link_kind(path)
         return found
 
     def same_file(self, read: FileRead) -> bool:
@@ -302,6 +310,9 @@ class KeptAgent:
     paths: frozenset[str] = frozenset()
     #: The compile (``Build.compiles``) at which its reads last held.
     held_at: int = 0
+    #: Whether it reached a file or folder through a symbolic link (``paths.LINK``): a
+    #: watcher reports the link's folder, not the paths read, so its reads are checked.
+    follows_links: bool = False
 
 
 @dataclass(slots=True)
@@ -400,7 +411,7 @@ class Build:
         if kept is None or kept.context != context:
             return None
         reported = self._changed_since(kept.held_at)
-        if reported is not None and kept.paths.isdisjoint(reported):
+        if reported is not None and not kept.follows_links and kept.paths.isdisjoint(reported):
             # The watcher saw none of its files change; the environment is not watched.
             env = self.env
             changed = any(env_digest(env.get(name)) != value for name, value in kept.reads.env)

@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 
 __all__ = [
+    "LINK",
     "PROJECT_FILE",
     "Lookup",
     "Resolutions",
@@ -17,6 +18,7 @@ __all__ = [
     "find_project_root",
     "glob_file_names",
     "glob_problem",
+    "link_kind",
     "project_root_lookups",
     "resolve_inside",
 ]
@@ -85,6 +87,17 @@ def resolve_inside(base_file: Path, relative: str, root: Path) -> tuple[Path | N
     return Path(resolved), None
 
 
+#: The kind a lookup records for a path that resolved through a symbolic link: this prefix
+#: and where it led (``link_kind``). A link retargeted reads differently, as a file appearing
+#: where nothing was does; its target's stamp alone would not tell.
+LINK = "link:"
+
+
+def link_kind(path: str) -> str:
+    """What a lookup of a path resolved through a link finds now (``LINK``)."""
+    return LINK + os.path.realpath(path)
+
+
 class Resolutions:
     """``resolve_inside`` remembered for one compile.
 
@@ -95,20 +108,25 @@ class Resolutions:
     """
 
     def __init__(self) -> None:
-        self._found: dict[tuple[str, str, str], Path] = {}
+        self._found: dict[tuple[str, str, str], tuple[Path, str | None]] = {}
 
     def resolve_inside(
-        self, base_file: Path, relative: str, root: Path
+        self, base_file: Path, relative: str, root: Path, lookups: dict[str, str] | None = None
     ) -> tuple[Path | None, str | None]:
-        """``resolve_inside(base_file, relative, root)``."""
+        """``resolve_inside(base_file, relative, root)``; a path that resolved through a
+        symbolic link is recorded in ``lookups`` with where it led (``LINK``)."""
         key = (os.path.dirname(base_file), relative, str(root))
         found = self._found.get(key)
-        if found is not None:
-            return found, None
-        target, problem = resolve_inside(base_file, relative, root)
-        if target is not None:
-            self._found[key] = target
-        return target, problem
+        if found is None:
+            target, problem = resolve_inside(base_file, relative, root)
+            if target is None:
+                return None, problem
+            named = os.path.join(key[0], relative)
+            linked = named if os.path.normpath(named) != str(target) else None
+            found = self._found[key] = (target, linked)
+        if found[1] is not None and lookups is not None:
+            lookups[found[1]] = LINK + str(found[0])
+        return found[0], None
 
 
 def glob_problem(pattern: str, base_file: Path) -> str | None:

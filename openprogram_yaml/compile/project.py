@@ -35,6 +35,7 @@ from .build import (
 )
 from .context import Collector, ProjectContext
 from .paths import (
+    LINK,
     PROJECT_FILE,
     Resolutions,
     display_path,
@@ -317,6 +318,7 @@ def _compile_agents(
                     own,
                     frozenset([*(read[0] for read in files), *agent_col.lookups]),
                     build.compiles,
+                    any(kind.startswith(LINK) for kind in agent_col.lookups.values()),
                 )
         if agent.name in agents:
             col.at(

@@ -252,7 +252,9 @@ class _Bundler:
                 )
             return {"$ref": ref}
         file_part, _, pointer = ref.partition("#")
-        target, problem = self.resolutions.resolve_inside(base, file_part, self.root)
+        target, problem = self.resolutions.resolve_inside(
+            base, file_part, self.root, self.out.lookups
+        )
         if target is None:
             self.error(pos, f"$ref {problem}")
             return None

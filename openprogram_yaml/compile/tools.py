@@ -16,7 +16,6 @@ from ..spec.loader import AgentDocument
 from ..spec.models import AgentToolSpec, HttpToolSpec, McpToolSpec
 from ..spec.yamlread import Loc
 from .context import Collector, ProjectContext
-from .paths import resolve_inside
 from .rendering import CompiledTemplate
 from .templates import TemplateEngine
 from .url_templates import UrlTemplate
@@ -174,7 +173,9 @@ def _build_one(
             ]
             cwd = ctx.root
             if tool.cwd is not None:
-                target, problem = resolve_inside(doc.path, tool.cwd, ctx.root)
+                target, problem = col.resolutions.resolve_inside(
+                    doc.path, tool.cwd, ctx.root, col.lookups
+                )
                 if target is None:
                     _error(col, doc, (*loc, "cwd"), str(problem))
                 elif not target.is_dir():
@@ -214,7 +215,7 @@ def _build_server(
     loc: Loc = ("tools", name, "mcp")
     cwd = ctx.root if mcp.command is not None else None
     if mcp.cwd is not None:
-        target, problem = resolve_inside(doc.path, mcp.cwd, ctx.root)
+        target, problem = col.resolutions.resolve_inside(doc.path, mcp.cwd, ctx.root, col.lookups)
         if target is None:
             _error(col, doc, (*loc, "cwd"), str(problem))
             return None

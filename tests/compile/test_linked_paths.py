@@ -1,0 +1,111 @@
+"""A file reached through a symbolic link is compiled again when the link is retargeted.
+
+The files an agent read are recorded by their real path, and a retargeted link leaves each
+of them unchanged: the path that resolved through the link is recorded too, with where it
+led, so that a kept build (with or without a watcher's report) and the compile cache see
+the change as a fresh compile does.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from openprogram_yaml.compile import cache
+from openprogram_yaml.compile.build import RACY_NS, Build
+from openprogram_yaml.compile.paths import LINK, Resolutions, resolve_inside
+from openprogram_yaml.compile.program import Program
+from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.errors import ConfigError
+
+AGENT = """version: 1
+name: a
+model: test
+methods:
+  ask:
+    inputs: {q: {type: string}}
+    prompt_file: ../via/ask.j2
+    response_schema: {$ref: ../via/answer.json}
+"""
+
+
+def _project(root: Path) -> None:
+    (root / "agents").mkdir(parents=True)
+    (root / "openprogram.yaml").write_text("version: 1\nagents: [agents/*.yaml]\n")
+    (root / "agents" / "a.yaml").write_text(AGENT, encoding="utf-8")
+    for version, kind in (("v1", "string"), ("v2", "integer")):
+        (root / version).mkdir()
+        (root / version / "ask.j2").write_text(f"{version} {{{{ q }}}}", encoding="utf-8")
+        (root / version / "answer.json").write_text(f'{{"type": "{kind}"}}', encoding="utf-8")
+    old = time.time_ns() - 10 * RACY_NS
+    for path in root.rglob("*"):
+        os.utime(path, ns=(old, old))
+    (root / "via").symlink_to(root / "v1", target_is_directory=True)
+
+
+def _seen(program: Program) -> tuple[str, object]:
+    method = program.agents["a"].methods["ask"]
+    return method.prompt.render({"q": "x"}), method.response_format
+
+
+def _retarget(root: Path) -> None:
+    (root / "via").unlink()
+    (root / "via").symlink_to(root / "v2", target_is_directory=True)
+
+
+@pytest.mark.parametrize("way", ["kept build", "told build", "compile cache"])
+def test_a_retargeted_folder_link_is_seen(tmp_path: Path, way: str) -> None:
+    root = tmp_path / "project"
+    _project(root)
+    build = Build()
+    compile: Callable[[Path], Program]
+    if way == "compile cache":
+        compile = cache.compile_cached
+    else:
+        compile = lambda path: compile_path(path, build=build)  # noqa: E731
+    first = _seen(compile(root))
+    assert first[0] == "v1 x"
+    assert _seen(compile(root)) == first  # kept, or loaded from the cache
+    if way == "kept build":
+        assert build.agents
+    _retarget(root)
+    if way == "told build":
+        build.report_changes([root / "via"])  # what a watcher of the link's folder reports
+    fresh = _seen(compile_path(root))
+    assert fresh[0] == "v2 x"
+    assert _seen(compile(root)) == fresh
+
+
+def test_a_link_retargeted_out_of_the_project_is_refused_by_a_kept_build(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "project"
+    _project(root)
+    build = Build()
+    compile_path(root, build=build)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "ask.j2").write_text("secret {{ q }}", encoding="utf-8")
+    (root / "via").unlink()
+    (root / "via").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ConfigError, match="leaves the project root"):
+        compile_path(root, build=build)
+
+
+def test_resolutions_record_the_paths_that_went_through_a_link(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    _project(root)
+    base = root / "agents" / "a.yaml"
+    resolutions = Resolutions()
+    for _ in range(2):  # the second time from what this compile remembered
+        lookups: dict[str, str] = {}
+        for name in ("../v1/ask.j2", "../via/ask.j2", "../agents/../v1/ask.j2", "../nope"):
+            assert resolutions.resolve_inside(base, name, root, lookups) == resolve_inside(
+                base, name, root
+            )
+        named = os.path.join(base.parent, "../via/ask.j2")
+        assert lookups == {named: LINK + str(root / "v1" / "ask.j2")}
