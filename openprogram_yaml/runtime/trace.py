@@ -16,11 +16,11 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import TracebackType
 from typing import IO, Any, Protocol
 
 from openprogram_yaml._file_writes import write_atomically
@@ -137,6 +137,45 @@ def _error_dict(exc: BaseException) -> dict[str, object]:
     return base
 
 
+class Span:
+    """``SessionTrace.span``'s context: the node started on entry, finished on exit.
+
+    A class rather than ``contextlib.contextmanager``: every exec, method and served run
+    opens one, and the generator-based manager cost about 1 us more each.
+    """
+
+    __slots__ = ("inputs", "kind", "name", "node", "token", "trace")
+
+    def __init__(self, trace: SessionTrace, kind: str, name: str, inputs: object) -> None:
+        self.trace = trace
+        self.kind = kind
+        self.name = name
+        self.inputs = inputs
+        self.node: TraceNode | None = None
+        self.token: Token[TraceNode | None] | None = None
+
+    def __enter__(self) -> TraceNode:
+        node = self.node = self.trace.start(self.kind, self.name, self.inputs)
+        self.token = _current.set(node)
+        return node
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        node, token = self.node, self.token
+        assert node is not None and token is not None
+        try:
+            if exc is None:
+                self.trace.finish(node, output=node.output)
+            else:
+                self.trace.finish(node, error=exc)
+        finally:
+            _current.reset(token)
+
+
 class SessionTrace:
     """Records nodes in start order. Pass it to ``Runtime(trace=...)``."""
 
@@ -184,23 +223,12 @@ class SessionTrace:
                 with contextlib.suppress(Exception):
                     observer.node_finished(self, node)
 
-    @contextmanager
-    def span(self, kind: str, name: str = "", inputs: object = None) -> Iterator[TraceNode]:
+    def span(self, kind: str, name: str = "", inputs: object = None) -> Span:
         """Open a node; execs and spans started inside become its children.
 
         Set ``node.output`` inside the block; an exception marks the node failed.
         """
-        node = self.start(kind, name, inputs)
-        token = _current.set(node)
-        try:
-            yield node
-        except BaseException as exc:
-            self.finish(node, error=exc)
-            raise
-        else:
-            self.finish(node, output=node.output)
-        finally:
-            _current.reset(token)
+        return Span(self, kind, name, inputs)
 
     def get(self, node_id: str) -> TraceNode:
         for node in self.nodes:

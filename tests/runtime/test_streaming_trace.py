@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from pathlib import Path
@@ -194,3 +195,58 @@ def test_trace_node_ids_are_unique_random_hex(make: Any) -> None:
     ids = [node.id for node in trace.nodes]
     assert len(ids) == 200 and len(set(ids)) == 200
     assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
+
+
+def test_span_records_what_the_generator_based_span_recorded() -> None:
+    # SessionTrace.span is a small class; the reference is the contextmanager it replaced.
+    import contextlib
+    from collections.abc import Iterator
+
+    from openprogram_yaml.runtime import trace as trace_module
+
+    @contextlib.contextmanager
+    def reference(
+        trace: SessionTrace, kind: str, name: str = "", inputs: object = None
+    ) -> Iterator[Any]:
+        node = trace.start(kind, name, inputs)
+        token = trace_module._current.set(node)
+        try:
+            yield node
+        except BaseException as exc:
+            trace.finish(node, error=exc)
+            raise
+        else:
+            trace.finish(node, output=node.output)
+        finally:
+            trace_module._current.reset(token)
+
+    def scenario(span: Any) -> list[tuple[object, ...]]:
+        trace = SessionTrace()
+        with span(trace, "run", "outer", {"a": 1}) as outer:
+            with span(trace, "method", "ok") as node:
+                node.output = "fine"
+            with contextlib.suppress(ValueError), span(trace, "method", "bad"):
+                raise ValueError("boom")
+            with contextlib.suppress(KeyboardInterrupt), span(trace, "tool", "stopped"):
+                raise KeyboardInterrupt
+
+            async def in_task() -> None:
+                with span(trace, "exec", "async") as n:
+                    await asyncio.sleep(0)
+                    n.output = 2
+
+            asyncio.run(in_task())
+            outer.output = "done"
+        assert trace_module.current_span() is None
+        index = {n.id: i for i, n in enumerate(trace.nodes)}
+        return [
+            (
+                n.kind, n.name, n.inputs, n.output, n.status,
+                (n.error or {}).get("type"), index.get(n.parent_id or ""),
+            )
+            for n in trace.nodes
+        ]  # fmt: skip
+
+    ours = scenario(lambda t, *a: t.span(*a))
+    assert ours == scenario(reference)
+    assert [row[4] for row in ours] == ["ok", "ok", "error", "error", "ok"]
