@@ -45,7 +45,7 @@ from openprogram_yaml.compile._template_text import (
     syntax_error_position,
 )
 from openprogram_yaml.compile.build import settled
-from openprogram_yaml.compile.paths import display_path, entry_kind
+from openprogram_yaml.compile.paths import LINK, display_path, entry_kind, link_kind
 from openprogram_yaml.compile.rendering import CompiledTemplate
 from openprogram_yaml.errors import ConfigError, Diagnostic
 from openprogram_yaml.spec.positions import TextOrigin
@@ -241,7 +241,7 @@ class TemplateEngine:
         if (
             known is not None
             and all(_file_stamp(k) == v for k, v in known[3].items())
-            and all(entry_kind(k) == v for k, v in known[4].items())
+            and all(entry_kind(k) == v or link_kind(k) == v for k, v in known[4].items())
         ):
             # The same text, seeing the same names from the same folder, with every file it
             # pulls in unchanged and every name resolving as it did: what it reads and
@@ -446,6 +446,9 @@ class TemplateEngine:
                     return _Unresolved(f"template {name!r} ({candidate}) is not a regular file")
                 continue
             real = candidate.resolve()
+            if str(real) != os.path.normpath(candidate):
+                # Through a link: where it leads decides, which the target's stamp won't tell.
+                lookups[str(candidate)] = LINK + str(real)
             if not any(real.is_relative_to(folder) for folder in self._real_folders):
                 return _Unresolved(
                     f"template {name!r} resolves to {str(real)!r}, outside the template "

@@ -109,3 +109,37 @@ def test_resolutions_record_the_paths_that_went_through_a_link(tmp_path: Path) -
             )
         named = os.path.join(base.parent, "../via/ask.j2")
         assert lookups == {named: LINK + str(root / "v1" / "ask.j2")}
+
+
+INCLUDING = """version: 1
+name: a
+model: test
+methods:
+  ask:
+    inputs: {q: {type: string}}
+    prompt: "{% include 'part.j2' %}"
+"""
+
+
+@pytest.mark.parametrize("way", ["kept build", "told build"])
+def test_a_retargeted_link_to_an_included_template_is_seen(tmp_path: Path, way: str) -> None:
+    root = tmp_path / "project"
+    (root / "agents").mkdir(parents=True)
+    (root / "openprogram.yaml").write_text("version: 1\nagents: [agents/*.yaml]\n")
+    (root / "agents" / "a.yaml").write_text(INCLUDING, encoding="utf-8")
+    (root / "agents" / "one.j2").write_text("one {{ q }}", encoding="utf-8")
+    (root / "agents" / "two.j2").write_text("two {{ q }}", encoding="utf-8")
+    old = time.time_ns() - 10 * RACY_NS
+    for path in root.rglob("*"):
+        os.utime(path, ns=(old, old))
+    link = root / "agents" / "part.j2"
+    link.symlink_to("one.j2")
+    build = Build()
+    assert _seen(compile_path(root, build=build))[0] == "one x"
+    assert _seen(compile_path(root, build=build))[0] == "one x"
+    link.unlink()
+    link.symlink_to("two.j2")
+    if way == "told build":
+        build.report_changes([link])
+    assert _seen(compile_path(root))[0] == "two x"
+    assert _seen(compile_path(root, build=build))[0] == "two x"
