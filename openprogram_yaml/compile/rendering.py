@@ -67,7 +67,7 @@ def fill(pieces: tuple[str, ...], variables: Mapping[str, Any]) -> str | None:
             return None
         value = variables[pieces[i]]
         try:
-            out[i] = value if isinstance(value, str) else str(value)
+            out[i] = value if type(value) is str else str(value)  # a subclass: its __str__
         except Exception:  # Jinja raises it, and says where
             return None
     return "".join(out)

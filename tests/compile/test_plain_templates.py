@@ -4,6 +4,7 @@ cases and values, and Jinja for everything else (other syntax, a name not given)
 
 from __future__ import annotations
 
+import enum
 import pickle
 import random
 from pathlib import Path
@@ -58,6 +59,30 @@ def test_text_and_names_render_as_jinja_renders() -> None:
         plain += len(pieces) == 1
     assert taken > 500
     assert plain > 100
+
+
+class Priority(str, enum.Enum):  # noqa: UP042  (not StrEnum: str() is "Priority.HIGH")
+    HIGH = "high"
+
+
+class Shown(str):
+    def __str__(self) -> str:
+        return "shown"
+
+
+class Markup(str):
+    def __html__(self) -> str:
+        return "<escaped>"
+
+
+@pytest.mark.parametrize("value", [Priority.HIGH, Shown("raw"), Markup("<b>")])
+def test_a_str_subclass_renders_as_its_str_as_jinja_renders_it(value: str) -> None:
+    # Jinja outputs str(value): a str-mixin enum (3.11) or a subclass with its own __str__
+    # shows that, not the characters it holds.
+    source = "Priority: {{ x }}."
+    pieces = text_and_names(source)
+    assert pieces is not None
+    assert fill(pieces, {"x": value}) == jinja_render(source, {"x": value})
 
 
 @pytest.mark.parametrize(
