@@ -44,7 +44,6 @@ from .paths import (
     glob_file_names,
     glob_problem,
     project_root_lookups,
-    resolve_inside,
 )
 from .program import Agent, Program
 from .schemas import SchemaFiles
@@ -72,7 +71,7 @@ def load_project(root: Path, col: Collector, build: Build) -> tuple[ProjectConte
     def folders(key: str, entries: list[str]) -> tuple[Path, ...]:
         found = []
         for i, entry in enumerate(entries):
-            target, problem = resolve_inside(path, entry, root)
+            target, problem = col.resolutions.resolve_inside(path, entry, root, col.lookups)
             if target is None:
                 col.at(source, (key, i), str(problem))
             elif (col.lookups.setdefault(str(target), entry_kind(target))) != "folder":
@@ -106,7 +105,7 @@ def load_project(root: Path, col: Collector, build: Build) -> tuple[ProjectConte
     test_files = matching("tests", spec.tests)
     recordings = None
     if spec.recordings is not None:
-        target, problem = resolve_inside(path, spec.recordings, root)
+        target, problem = col.resolutions.resolve_inside(path, spec.recordings, root, col.lookups)
         if target is None:
             col.at(source, ("recordings",), str(problem))
         else:

@@ -143,3 +143,24 @@ def test_a_retargeted_link_to_an_included_template_is_seen(tmp_path: Path, way: 
         build.report_changes([link])
     assert _seen(compile_path(root))[0] == "two x"
     assert _seen(compile_path(root, build=build))[0] == "two x"
+
+
+def test_a_retargeted_template_folder_link_is_seen_by_the_compile_cache(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    (root / "agents").mkdir(parents=True)
+    project = "version: 1\nagents: [agents/*.yaml]\ntemplates: [prompts]\n"
+    (root / "openprogram.yaml").write_text(project, encoding="utf-8")
+    (root / "agents" / "a.yaml").write_text(INCLUDING, encoding="utf-8")
+    for version in ("v1", "v2"):
+        (root / version).mkdir()
+        (root / version / "part.j2").write_text(f"{version} {{{{ q }}}}", encoding="utf-8")
+    old = time.time_ns() - 10 * RACY_NS
+    for path in root.rglob("*"):
+        os.utime(path, ns=(old, old))
+    (root / "prompts").symlink_to(root / "v1", target_is_directory=True)
+    assert _seen(cache.compile_cached(root))[0] == "v1 x"
+    assert _seen(cache.compile_cached(root))[0] == "v1 x"
+    (root / "prompts").unlink()
+    (root / "prompts").symlink_to(root / "v2", target_is_directory=True)
+    assert _seen(compile_path(root))[0] == "v2 x"
+    assert _seen(cache.compile_cached(root))[0] == "v2 x"
