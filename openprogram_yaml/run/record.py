@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from ..compile.program import Agent
     from ..runtime.trace import SessionTrace
 
-__all__ = ["RecordLog", "RunRecord", "append_trace", "environ_secrets", "error_dict", "run_secrets"]
+__all__ = ["RecordLog", "RunRecord", "append_trace", "error_dict", "run_secrets"]
 
 Status = Literal["ok", "failed", "interrupted"]
 
@@ -109,18 +109,12 @@ def run_secrets(agent: Agent, environ: Mapping[str, str] | None = None) -> froze
     their keys then.
     """
     found = set(agent.secrets)
-    found |= environ_secrets() if environ is None else env_secrets(environ)
+    found |= env_secrets(environ)
     for rule in agent.runtime_rules:
         found |= secrets_in_options(rule.options, environ)
     for provider in agent.providers.values():
         found |= secrets_in_options(provider.runtime_options(), environ)
     return frozenset(found)
-
-
-def environ_secrets() -> frozenset[str]:
-    """``redaction.env_secrets()`` of ``os.environ`` as it is now (the walk is reused there
-    while the environment is unchanged)."""
-    return env_secrets()
 
 
 def error_dict(exc: BaseException) -> dict[str, object]:

@@ -23,11 +23,12 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ..redaction import env_secrets
 from ..runtime.toolsets import Tool, as_tool
 from ..runtimes.protocol import AgentRuntimeProtocol, RuntimeSelectorProtocol
 from ..runtimes.select import RuntimeSelector, Selection
 from .agent_runtime import close_tools, selector_for
-from .record import environ_secrets, run_secrets
+from .record import run_secrets
 
 if TYPE_CHECKING:
     from ..compile.program import Agent, Program
@@ -113,11 +114,11 @@ class VersionRuntimes:
 
         An agent's own secrets (its ``${env:…}`` values, runtime keys and headers) are the
         version's; what the environment adds is read when each run starts, as
-        ``run_secrets`` reads it: ``environ_secrets`` hands back the same set for as long
+        ``run_secrets`` reads it: ``env_secrets()`` hands back the same set for as long
         as the environment is unchanged, and a new one (so a new result here) once it is
         not.
         """
-        environ = environ_secrets()
+        environ = env_secrets()
         cached = self._secrets.get(agent.name)
         if cached is not None and cached[0] is agent and cached[1] is environ:
             return cached[2]

@@ -49,9 +49,9 @@ from aiohttp import web
 
 from ..access import is_loopback, token_matches
 from ..json_types import JSONObject
-from ..redaction import redact
+from ..redaction import env_secrets, redact
 from ..run.questions import PendingQuestions
-from ..run.record import environ_secrets, run_secrets
+from ..run.record import run_secrets
 from ..run.reload import ProgramHolder
 from ..run.service import RunService
 from ..run.sessions import DEFAULT_BUSY_TIMEOUT_S, SessionStore, sessions_path
@@ -160,9 +160,9 @@ class ServeState:
         environment (502 agents took 10 ms a request): their ``${env:…}`` values are the
         version's, but the value of a key variable (``api_key_env``) and the environment's
         secret-looking values are read as each run reads them, and the process may change
-        its environment (``environ_secrets`` hands back a new set then).
+        its environment (``env_secrets()`` hands back a new set then).
         """
-        environ = environ_secrets()
+        environ = env_secrets()
         program = self.holder.program
         if program is None:
             return self.secrets_of_server() | environ
