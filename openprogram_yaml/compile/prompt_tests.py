@@ -27,7 +27,7 @@ from ..spec.positions import Position
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
-from .paths import display_path, resolve_inside
+from .paths import display_path
 from .program import Agent
 
 __all__ = [
@@ -336,7 +336,7 @@ def _dataset_cases(
     file is one of the project's, as a prompt file is.
     """
     assert case.cases is not None
-    path, problem = resolve_inside(base_file, case.cases, root)
+    path, problem = col.resolutions.resolve_inside(base_file, case.cases, root, col.lookups)
     if path is None:
         col.at(source, (*case_loc, "cases"), str(problem))
         return []

@@ -11,6 +11,7 @@ refused.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from ..runtime.validation import keyword_mistakes, schema_issues
 from ..spec.positions import Position
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import MAX_DEPTH, Loc, SourceMap, load_yaml_text
-from .paths import Resolutions, entry_kind
+from .paths import LINK, Resolutions, entry_kind
 
 __all__ = ["ENVELOPE_KEYS", "SchemaBundle", "SchemaFiles", "bundle_schema", "split_envelope"]
 
@@ -184,8 +185,11 @@ class _Bundler:
 
     def find_in_schema_folders(self, name: str) -> Path | None:
         for folder in self.search:
-            candidate = (folder / name).resolve()
+            named = folder / name
+            candidate = named.resolve()
             if self.kind(candidate) == "file" and candidate.is_relative_to(self.root):
+                if str(candidate) != os.path.normpath(named):  # through a link: see LINK
+                    self.out.lookups[str(named)] = LINK + str(candidate)
                 return candidate
         return None
 

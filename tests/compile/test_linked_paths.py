@@ -164,3 +164,53 @@ def test_a_retargeted_template_folder_link_is_seen_by_the_compile_cache(tmp_path
     (root / "prompts").symlink_to(root / "v2", target_is_directory=True)
     assert _seen(compile_path(root))[0] == "v2 x"
     assert _seen(cache.compile_cached(root))[0] == "v2 x"
+
+
+CASES_AND_FOUND_SCHEMA = """version: 1
+name: a
+model: test
+methods:
+  ask:
+    inputs: {q: {type: string}}
+    prompt: "{{ q }}"
+    response_schema: {$ref: answer.json}
+tests:
+  - name: from the data
+    method: ask
+    cases: ../data/cases.jsonl
+"""
+
+
+def test_a_found_schema_and_a_cases_file_through_links_are_seen_by_the_compile_cache(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "project"
+    (root / "agents").mkdir(parents=True)
+    (root / "schemas").mkdir()
+    project = "version: 1\nagents: [agents/*.yaml]\nschemas: [schemas]\n"
+    (root / "openprogram.yaml").write_text(project, encoding="utf-8")
+    (root / "agents" / "a.yaml").write_text(CASES_AND_FOUND_SCHEMA, encoding="utf-8")
+    for version, kind in (("v1", "string"), ("v2", "integer")):
+        (root / version).mkdir()
+        (root / version / "answer.json").write_text(f'{{"type": "{kind}"}}', encoding="utf-8")
+        case = f'{{"name": "{version}", "inputs": {{"q": "x"}}}}\n'
+        (root / version / "cases.jsonl").write_text(case, encoding="utf-8")
+    old = time.time_ns() - 10 * RACY_NS
+    for path in root.rglob("*"):
+        os.utime(path, ns=(old, old))
+    (root / "schemas" / "answer.json").symlink_to(root / "v1" / "answer.json")
+    (root / "data").symlink_to(root / "v1", target_is_directory=True)
+
+    def seen(program: Program) -> tuple[object, list[str]]:
+        return _seen(program)[1], sorted(test.name for test in program.tests)
+
+    first = seen(cache.compile_cached(root))
+    assert seen(cache.compile_cached(root)) == first
+    for link in (root / "schemas" / "answer.json", root / "data"):  # one, then the other
+        target = os.readlink(link).replace("v1", "v2")
+        link.unlink()
+        link.symlink_to(target)
+        fresh = seen(compile_path(root))
+        assert fresh != first
+        assert seen(cache.compile_cached(root)) == fresh
+        first = fresh
