@@ -45,7 +45,8 @@ def _compile_text(
     name: str,
 ) -> CompiledTemplate | None:
     origin = doc.source.origin(loc)
-    return col.template(engine, text, origin, declared, name, "the tool's parameters")
+    declared_by = "the tool's parameters"
+    return col.template(engine, text, origin, declared, name, declared_by, doc.path)
 
 
 def _compile_value(
