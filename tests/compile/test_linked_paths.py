@@ -8,7 +8,9 @@ the change as a fresh compile does.
 
 from __future__ import annotations
 
+import functools
 import os
+import random
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -214,3 +216,104 @@ def test_a_found_schema_and_a_cases_file_through_links_are_seen_by_the_compile_c
         assert fresh != first
         assert seen(cache.compile_cached(root)) == fresh
         first = fresh
+
+
+def _link(path: Path, target: Path | str) -> None:
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.symlink_to(target)
+
+
+class _Repo:
+    """Agents reaching files through three links; every write gets a later, settled stamp."""
+
+    def __init__(self, top: Path, rng: random.Random) -> None:
+        self.top, self.root, self.rng = top, top / "p", rng
+        self.clock = time.time() - 3600.0
+        #: Paths written or retargeted since the last compile (what a watcher reports).
+        self.touched: set[Path] = set()
+        self.write(self.root / "openprogram.yaml", PROJECT_WITH_SCHEMAS)
+        for version, kind in (("v1", "string"), ("v2", "integer")):
+            self.write(self.root / version / "ask.j2", f"{version} ask {{{{ q }}}}")
+            self.write(self.root / version / "answer.json", f'{{"type": "{kind}"}}')
+            self.write(self.root / version / "part.j2", f"{version} part {{{{ q }}}}")
+        self.write(top / "out" / "ask.j2", "outside {{ q }}")
+        for i in range(3):
+            self.write(self.root / "agents" / f"a{i}.yaml", self.agent(i))
+        (self.root / "s").mkdir()
+        self.link(self.root / "via", self.root / "v1")
+        self.link(self.root / "agents" / "part.j2", self.root / "v1" / "part.j2")
+        self.link(self.root / "s" / "a.json", self.root / "v1" / "answer.json")
+
+    def agent(self, i: int) -> str:
+        prompt = self.rng.choice(
+            ["prompt_file: ../via/ask.j2", "prompt: \"{% include 'part.j2' %}\"", "prompt: x"]
+        )
+        schema = self.rng.choice(["", "{$ref: ../via/answer.json}", "{$ref: a.json}"])
+        return (
+            f"version: 1\nname: a{i}\nmodel: test\nmethods:\n  ask:\n"
+            f"    inputs: {{q: {{type: string}}}}\n    {prompt}\n"
+            + (f"    response_schema: {schema}\n" if schema else "")
+        )
+
+    def write(self, path: Path, text: str) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        self.clock += 1.0
+        os.utime(path, (self.clock, self.clock))
+        self.touched.add(path)
+
+    def link(self, path: Path, target: Path | str) -> None:
+        _link(path, target)
+        self.touched.add(path)
+
+    def edit(self, step: int) -> str:
+        root, rng = self.root, self.rng
+        kind = rng.choice(["via", "part", "schema", "edit", "agent"])
+        if kind == "via":
+            self.link(root / "via", rng.choice([root / "v1", root / "v2", self.top / "out"]))
+        elif kind == "part":
+            # Absolute, relative, and dangling links.
+            targets: list[Path | str] = [root / "v1" / "part.j2", "../v2/part.j2", "gone.j2"]
+            self.link(root / "agents" / "part.j2", rng.choice(targets))
+        elif kind == "schema":
+            version = rng.choice(["v1", "v2"])
+            self.link(root / "s" / "a.json", root / version / "answer.json")
+        elif kind == "edit":
+            version = rng.choice(["v1", "v2"])
+            self.write(root / version / "ask.j2", f"{version} ask {step} {{{{ q }}}}")
+        else:
+            i = rng.randrange(3)
+            self.write(root / "agents" / f"a{i}.yaml", self.agent(i))
+        return kind
+
+
+PROJECT_WITH_SCHEMAS = "version: 1\nagents: [agents/*.yaml]\nschemas: [s]\n"
+
+
+def _outcome(compile: Callable[[Path], Program], path: Path) -> object:
+    try:
+        program = compile(path)
+    except ConfigError as exc:
+        return sorted(d.message for d in exc.diagnostics)
+    return sorted(
+        (name, method.prompt.render({"q": "x"}), method.response_format)
+        for name, agent in program.agents.items()
+        for method in agent.methods.values()
+    )
+
+
+def test_kept_builds_and_the_cache_agree_with_a_fresh_compile_as_links_are_retargeted(
+    tmp_path: Path,
+) -> None:
+    for seed in range(6):
+        repo = _Repo(tmp_path / f"repo{seed}", random.Random(seed))
+        kept, told = Build(), Build()
+        for step in range(30):
+            where = (seed, step, repo.edit(step))
+            fresh = _outcome(compile_path, repo.root)
+            assert _outcome(functools.partial(compile_path, build=kept), repo.root) == fresh, where
+            told.report_changes(repo.touched)
+            repo.touched = set()
+            assert _outcome(functools.partial(compile_path, build=told), repo.root) == fresh, where
+            assert _outcome(cache.compile_cached, repo.root) == fresh, where
