@@ -2,7 +2,8 @@
 
 Every read that can change what a compile gives is recorded in a ``ReadSet``: the files
 read (with their stamp and sha256), each path looked at and what was there (nothing
-included: a project file or a template appearing later changes the result), the files
+included: a project file or a template appearing later changes the result; for a path
+that resolved through a symbolic link, where it led: ``paths.LINK``), the files
 each project pattern matched, the environment variables named (a digest of each value),
 and the installed libraries that shape the result. A read-set is plain data; the compile
 cache keeps it as JSON beside its entry, and checks it before anything is unpickled.
