@@ -279,6 +279,7 @@ class TemplateEngine:
         links = dict(check.links)
         if len(self._checked) >= _CHECKED_KEPT:
             self._checked.clear()
+            self._unsettled_checks.clear()
         self._checked[checked_key] = (variables, sources, links, stamps, check.lookups, files)
         if not _all_settled(stamps.values(), started_ns):
             self._unsettled_checks.append(checked_key)  # a file it pulls in may change unseen
