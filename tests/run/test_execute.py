@@ -116,8 +116,7 @@ def test_a_schema_methods_runs_keep_its_response_format_and_trace_it_alike(write
     assert all(r.status == "ok" for r in records), records[0].error
     assert len({repr(r.output) for r in records}) == 1
     options = [
-        [n.data["options"]["response_format"] for n in t.nodes if n.kind == "exec"]
-        for t in traces
+        [n.data["options"]["response_format"] for n in t.nodes if n.kind == "exec"] for t in traces
     ]
     assert options[0] == options[1] == options[2] == [compiled]
     assert method.response_format == compiled
