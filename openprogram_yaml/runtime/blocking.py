@@ -42,8 +42,13 @@ _Job = Callable[[], Callable[[], None]]
 class _ToolThreads:
     """Worker threads taking jobs from one queue, made on demand up to ``limit``."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self, limit: int, start_thread: Callable[[threading.Thread], None] = threading.Thread.start
+    ) -> None:
         self.limit = limit
+        #: Starts a worker (a parameter so that a test can make it fail, as a process or
+        #: container at its thread limit does).
+        self._start_thread = start_thread
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
@@ -58,10 +63,22 @@ class _ToolThreads:
             if start:
                 self._threads += 1
                 self._idle += 1  # the new worker takes it
-        self._jobs.put(job)
         if start:
+            # Started before the job is queued: if no thread can be made, the job must not
+            # wait in the queue for a worker that may never come (nor run after its caller
+            # was told it failed).
             name = f"openprogram-tool-{self._threads}"
-            threading.Thread(target=self._serve, name=name, daemon=True).start()
+            try:
+                self._start_thread(threading.Thread(target=self._serve, name=name, daemon=True))
+            except RuntimeError:  # "can't start new thread"
+                with self._lock:
+                    self._threads -= 1
+                    self._idle -= 1
+                    if self._threads == 0:
+                        self._idle += 1  # the job is not queued after all
+                        raise
+                # Other workers exist: the job waits for one of them.
+        self._jobs.put(job)
 
     def _serve(self) -> None:
         while True:

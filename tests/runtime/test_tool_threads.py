@@ -198,3 +198,41 @@ def test_after_a_backlog_the_pool_counts_each_waiting_worker_once() -> None:
     for _ in range(5):
         assert handed_back.acquire(timeout=10)
     assert (pool._threads, pool._idle) == (2, 2)
+
+
+def _cannot_start(thread: threading.Thread) -> None:
+    raise RuntimeError("can't start new thread")
+
+
+def test_a_first_worker_that_cannot_start_fails_the_call_not_hangs_it() -> None:
+    # The job was queued before the thread was started: when no thread could be made (a
+    # process or container at its thread limit) it waited in the queue forever.
+    pool = _ToolThreads(limit=2, start_thread=_cannot_start)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        pool.submit(lambda: lambda: None)
+    assert (pool._threads, pool._idle, pool._jobs.qsize()) == (0, 0, 0)
+
+
+def test_when_another_worker_exists_a_failed_start_leaves_the_job_to_it() -> None:
+    starts: list[threading.Thread] = []
+
+    def start_once(thread: threading.Thread) -> None:
+        if starts:
+            raise RuntimeError("can't start new thread")
+        starts.append(thread)
+        thread.start()
+
+    pool = _ToolThreads(limit=4, start_thread=start_once)
+    gate = threading.Event()
+    handed_back = threading.Semaphore(0)
+
+    def job() -> Callable[[], None]:
+        gate.wait(10)
+        return handed_back.release
+
+    pool.submit(job)  # the one worker, busy until the gate opens
+    pool.submit(job)  # no second worker can be made: it waits for the first
+    gate.set()
+    for _ in range(2):
+        assert handed_back.acquire(timeout=10)
+    assert (pool._threads, pool._idle) == (1, 1)
