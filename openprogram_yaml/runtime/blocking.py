@@ -52,6 +52,8 @@ class _ToolThreads:
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = 0
+        #: Workers whose start returned (``_threads`` also counts those being started).
+        self._started = 0
         #: Workers waiting for a job and not yet promised one, less the jobs queued that no
         #: worker is promised to (below zero: a backlog, every thread busy).
         self._idle = 0
@@ -74,10 +76,15 @@ class _ToolThreads:
                 with self._lock:
                     self._threads -= 1
                     self._idle -= 1
-                    if self._threads == 0:
+                    # Only a worker already started is sure to come: one another caller is
+                    # starting at this moment may fail as this one did.
+                    if self._started == 0:
                         self._idle += 1  # the job is not queued after all
                         raise
                 # Other workers exist: the job waits for one of them.
+            else:
+                with self._lock:
+                    self._started += 1
         self._jobs.put(job)
 
     def _serve(self) -> None:

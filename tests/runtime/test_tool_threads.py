@@ -236,3 +236,39 @@ def test_when_another_worker_exists_a_failed_start_leaves_the_job_to_it() -> Non
     for _ in range(2):
         assert handed_back.acquire(timeout=10)
     assert (pool._threads, pool._idle) == (1, 1)
+
+
+def test_a_failed_start_while_the_only_other_worker_is_still_starting_fails_the_call() -> None:
+    # Two threads submit at once and neither worker can be made. The second failure counted
+    # the first worker, still being started, as alive and queued its job for it; that start
+    # failed too, and the job waited in the queue forever while its caller went on waiting.
+    first_starting, second_failed = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def start(thread: threading.Thread) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # the first submitter's start: fails once the second one did
+            first_starting.set()
+            assert second_failed.wait(10)
+        raise RuntimeError("can't start new thread")
+
+    pool = _ToolThreads(limit=4, start_thread=start)
+    first_error: list[BaseException] = []
+
+    def submit_first() -> None:
+        try:
+            pool.submit(lambda: lambda: None)
+        except RuntimeError as exc:
+            first_error.append(exc)
+
+    first = threading.Thread(target=submit_first)
+    first.start()
+    assert first_starting.wait(10)
+    try:
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            pool.submit(lambda: lambda: None)
+    finally:
+        second_failed.set()
+        first.join(10)
+    assert len(first_error) == 1
+    assert (pool._threads, pool._idle, pool._jobs.qsize()) == (0, 0, 0)
