@@ -12,6 +12,7 @@ schema; a failure becomes a repair turn that feeds the issues back to the model.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -130,9 +131,10 @@ def _from_envelope(env: Mapping[str, object]) -> JsonSchemaOutput:
         what = f"unknown keys {unknown}" if unknown else "no 'schema'"
         raise _schema_error(f"the response_format envelope has {what}")
     options: dict[str, Any] = {k: env[k] for k in _ENVELOPE_KEYS if k in env}
-    # A compiled method passes a fresh copy of its envelope on every call, around the same
-    # schema object: the output made for that schema and those options is made once
-    # (checking the schema's references walked it on every call).
+    # A compiled method passes the same schema object on every call: the output made for
+    # that schema and those options is made once (checking the schema's references walked
+    # it on every call). The schema is compared with a copy kept of it, so one a caller
+    # changed in place between calls is not answered from before the change.
     schema = options["schema"]
     rest = [(k, type(v), v) for k, v in sorted(options.items()) if k != "schema"]
     key: tuple[object, ...] | None = (id(schema), *rest)
@@ -140,20 +142,33 @@ def _from_envelope(env: Mapping[str, object]) -> JsonSchemaOutput:
         hit = _envelopes.get(key) if key is not None else None
     except TypeError:  # an option that is not a plain value: checked (and refused) below
         hit = key = None
-    if hit is not None and hit[0] is schema:
-        return hit[1]
+    if hit is not None and _unchanged(hit, schema):
+        return hit[2]
     result = JsonSchemaOutput(**options)
     if key is not None:
-        if len(_envelopes) > 512:
-            _envelopes.clear()
-        _envelopes[key] = (schema, result)
+        _keep(_envelopes, key, schema, result)
     return result
 
 
-_envelopes: dict[tuple[object, ...], tuple[object, JsonSchemaOutput]] = {}
+#: Outputs already made, by the identity of what they were made from: (that object, a deep
+#: copy of it as it was, the output). A hit must be the same object, still equal to its copy.
+_Kept = tuple[object, object, JsonSchemaOutput]
+_envelopes: dict[tuple[object, ...], _Kept] = {}
+_normalized: dict[int, _Kept] = {}
 
 
-_normalized: dict[int, tuple[object, JsonSchemaOutput]] = {}
+def _unchanged(hit: _Kept, value: object) -> bool:
+    return hit[0] is value and hit[1] == value
+
+
+def _keep(kept: dict[Any, _Kept], key: object, value: object, result: JsonSchemaOutput) -> None:
+    try:
+        snapshot = copy.deepcopy(value)
+    except Exception:  # a value that cannot be copied is simply not kept
+        return
+    if len(kept) > 512:
+        kept.clear()
+    kept[key] = (value, snapshot, result)
 
 
 def normalize_response_format(value: object) -> JsonSchemaOutput:
@@ -167,8 +182,8 @@ def normalize_response_format(value: object) -> JsonSchemaOutput:
     if isinstance(value, JsonSchemaOutput):
         return value
     hit = _normalized.get(id(value))
-    if hit is not None and hit[0] is value:
-        return hit[1]
+    if hit is not None and _unchanged(hit, value):
+        return hit[2]
     if not isinstance(value, Mapping):
         raise StructuredOutputSchemaError(
             "response_format must be a JSON Schema object or an envelope with 'schema'",
@@ -186,9 +201,7 @@ def normalize_response_format(value: object) -> JsonSchemaOutput:
         result = _from_envelope(value)
     else:
         result = JsonSchemaOutput(schema=value)
-    if len(_normalized) > 512:
-        _normalized.clear()
-    _normalized[id(value)] = (value, result)
+    _keep(_normalized, id(value), value, result)
     return result
 
 

@@ -591,3 +591,24 @@ def test_a_fresh_copy_of_the_same_envelope_gives_the_same_output() -> None:
         normalize_response_format({**envelope, "strict": 1})
     # A schema that is equal but another object gets its own output.
     assert normalize_response_format({**envelope, "schema": dict(schema)}) is not first
+
+
+def test_a_response_format_changed_in_place_between_calls_is_read_again() -> None:
+    # The outputs made were kept by the identity of the envelope (and of its schema): a
+    # caller that changed either in place between execs got the output of before the change.
+    envelope: dict[str, Any] = {"schema": {"type": "object"}, "name": "first"}
+    assert normalize_response_format(envelope).name == "first"
+    envelope["name"] = "second"
+    assert normalize_response_format(envelope).name == "second"
+
+    schema: dict[str, Any] = {"type": "object", "properties": {"a": {"type": "string"}}}
+    made = normalize_response_format({"schema": schema, "name": "x"})
+    assert normalize_response_format({"schema": schema, "name": "x"}) is made  # still kept
+    schema["properties"]["b"] = {"type": "integer"}
+    again = normalize_response_format({"schema": schema, "name": "x"})
+    assert again is not made and "b" in again.schema["properties"]
+
+    bare: dict[str, Any] = {"type": "string"}
+    assert normalize_response_format(bare).schema == {"type": "string"}
+    bare["maxLength"] = 3
+    assert normalize_response_format(bare).schema == {"type": "string", "maxLength": 3}
