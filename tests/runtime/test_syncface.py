@@ -131,11 +131,12 @@ def test_a_runtime_makes_its_sync_loops_at_its_first_sync_call(make: Any) -> Non
         answers.append(runtime.exec("hi"))
         loops.append(id(runtime._loops._loop()))
 
-    threads = [threading.Thread(target=call) for _ in range(3)]
+    threads = [threading.Thread(target=call, daemon=True) for _ in range(3)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=30)  # at once when it works; a hang fails instead of hanging
+    assert not any(thread.is_alive() for thread in threads)
     assert sorted(answers) == ["b", "c", "d"] and len(set(loops)) == 3
     assert runtime.exec("hi") == "e"
     runtime.close()
