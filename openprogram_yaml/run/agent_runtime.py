@@ -185,44 +185,51 @@ class OpenRuntime:
                 if agent.tool_servers
                 else self.tools
             )
-        except BaseException:
-            try:
-                await selector.aclose()
-            finally:
-                if shared is None:
-                    await close_tools(agent)
-            raise
-        runtime = self.runtime = Runtime(
-            model=agent.model or "default",
-            max_retries=agent.retry.max_retries,
-            backoff_base_s=agent.retry.backoff_base_s,
-            runtimes=selector,
-            tools=tools,
-            toolsets=agent.toolsets,
-            trace=self.trace,
-            tool_gate=self.tool_gate,
-            on_retry=self.on_retry,
-            asker=self.asker,
-            on_stream=self.on_event,
-        )
-        if agent.ask_user:
-            runtime.register_tools(ask_user_tool(runtime.asking))
-        if agent.method_tools:
-            runtime.register_tools(
-                *(method_tool(name, m, runtime) for name, m in agent.method_tools.items())
+            runtime = self.runtime = Runtime(
+                model=agent.model or "default",
+                max_retries=agent.retry.max_retries,
+                backoff_base_s=agent.retry.backoff_base_s,
+                runtimes=selector,
+                tools=tools,
+                toolsets=agent.toolsets,
+                trace=self.trace,
+                tool_gate=self.tool_gate,
+                on_retry=self.on_retry,
+                asker=self.asker,
+                on_stream=self.on_event,
             )
+            if agent.ask_user:
+                runtime.register_tools(ask_user_tool(runtime.asking))
+            if agent.method_tools:
+                runtime.register_tools(
+                    *(method_tool(name, m, runtime) for name, m in agent.method_tools.items())
+                )
+        except BaseException:
+            # What was opened (the selector, MCP servers started for the tools, the Runtime)
+            # is closed in reverse order before the error goes on.
+            await self._close()
+            raise
         return runtime
 
     async def __aexit__(self, *exc_info: object) -> None:
-        runtime, selector = self.runtime, self.selector
-        assert runtime is not None and selector is not None
+        await self._close()
+
+    async def _close(self) -> None:
+        """Close the run's ``Runtime`` (if it was made), then the selector and the agent's
+        tools the run opened; the first close failing skips no other."""
+        opened, selector = self.runtime, self.selector
+        assert selector is not None
         try:
-            # Closes the selector it was given: the wrapper, and through it what it wraps
-            # (a shared selector's lent view closes nothing).
-            await runtime.aclose()
+            if opened is not None:
+                # Closes the selector it was given: the wrapper, and through it what it
+                # wraps (a shared selector's lent view closes nothing).
+                await opened.aclose()
+            else:
+                await selector.aclose()
         finally:
             if self.shared is None:
                 try:
-                    await selector.aclose()
+                    if opened is not None:
+                        await selector.aclose()
                 finally:
                     await close_tools(self.agent)

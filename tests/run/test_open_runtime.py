@@ -4,6 +4,8 @@ run, a cancelled run, a failing close, a failing start)."""
 from __future__ import annotations
 
 import asyncio
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +94,42 @@ def test_a_close_that_fails_is_raised_after_the_rest_is_closed(write) -> None:  
     with pytest.raises(OSError, match="the close failed"):
         asyncio.run(run())
     assert made[0].closes == 2
+
+
+class NoSelector:
+    """A wrapper that is no selector (no ``select``): the MCP server is started (the run
+    cannot tell it is offline), then ``Runtime`` refuses it. Counts its closes."""
+
+    def __init__(self) -> None:
+        self.closes = 0
+
+    async def aclose(self) -> None:
+        self.closes += 1
+
+
+def test_a_failing_start_after_the_mcp_server_started_closes_what_was_opened(
+    tmp_path: Path,
+) -> None:
+    notes = Path(__file__).parents[1] / "tools" / "mcp_servers" / "notes_server.py"
+    path = tmp_path / "notes.yaml"
+    path.write_text(
+        "version: 1\nname: notes\nmodel: test\n"
+        f"tools:\n  files:\n    mcp:\n      command: [{sys.executable}, {notes}]\n"
+        "methods:\n  read: {prompt: Read the todo note.}\n"
+    )
+    agent = compile_path(path).agent()
+    (server,) = agent.tool_servers
+    made: list[NoSelector] = []
+
+    def wrap(inner: RuntimeSelectorProtocol) -> RuntimeSelectorProtocol:
+        made.append(NoSelector())
+        return made[-1]  # type: ignore[return-value]
+
+    async def run() -> object:
+        async with open_runtime(agent, wrap_selector=wrap):
+            return None
+
+    with pytest.raises(TypeError, match="must be a selector"):
+        asyncio.run(run())
+    assert made[0].closes == 1
+    assert server.client is None  # the server process was stopped
