@@ -1,24 +1,12 @@
-"""Fixtures for provider tests: a loopback server and recorded API fixtures."""
+"""Fixtures for provider tests: a loopback server (the recorded API fixtures are read by
+``providers_support``)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from loopback import LoopbackServer
-
-FIXTURES = Path(__file__).parent / "fixtures"
-
-
-def fixture_json(name: str) -> Any:
-    return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
-
-
-def fixture_text(name: str) -> str:
-    return (FIXTURES / name).read_text(encoding="utf-8")
 
 
 @pytest.fixture

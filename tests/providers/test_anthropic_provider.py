@@ -18,8 +18,8 @@ from anthropic.types.message_create_params import (
     MessageCreateParamsNonStreaming,
     MessageCreateParamsStreaming,
 )
-from conftest import fixture_json, fixture_text
 from loopback import LoopbackServer, anthropic_sse, json_reply, load_sse, sse_reply, status_reply
+from providers_support import fixture_json, fixture_text
 from pydantic import TypeAdapter
 from sdk_contract import assert_valid_request
 

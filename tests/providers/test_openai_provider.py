@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import fixture_json, fixture_text
 from loopback import (
     LoopbackServer,
     json_reply,
@@ -26,6 +25,7 @@ from openai.types.chat.completion_create_params import (
     CompletionCreateParamsNonStreaming,
     CompletionCreateParamsStreaming,
 )
+from providers_support import fixture_json, fixture_text
 from sdk_contract import assert_valid_request
 
 from openprogram_yaml.providers.openai import OpenAIRuntime, parse_completion

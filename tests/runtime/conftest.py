@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
+from runtime_support import Make
 
 from openprogram_yaml.providers.test import FakeClock, ScriptedRuntime
 from openprogram_yaml.runtime import Runtime
 from openprogram_yaml.runtimes.protocol import Capabilities
-
-Make = Callable[..., tuple[Runtime, ScriptedRuntime]]
 
 
 @pytest.fixture

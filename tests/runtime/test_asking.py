@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import Make
+from runtime_support import Make
 
 from openprogram_yaml import AskTimeout, OpenProgramError, UserDeclined
 from openprogram_yaml.json_types import JSONValue

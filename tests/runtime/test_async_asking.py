@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import Make
+from runtime_support import Make
 from test_asking import SilentAsker
 
 from openprogram_yaml import AskTimeout, UserDeclined
