@@ -41,6 +41,7 @@ from ..run.batch.rows import (
     unreadable,
 )
 from ..run.costs import cost_text, usage_line
+from .json_text import safe_json_text
 from .terminal_asker import shown_on_terminal
 
 if TYPE_CHECKING:
@@ -239,7 +240,7 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
         data = summary.to_dict()
         data["elapsed_s"] = round(elapsed, 3)
         data["output"] = str(args.output)
-        print(redact(json.dumps(data, ensure_ascii=False), secrets))
+        print(safe_json_text(redact(json.dumps(data, ensure_ascii=False), secrets)))
     elif not args.quiet:
         print(redact(_summary_text(summary, elapsed), secrets), file=sys.stderr)
     if code:

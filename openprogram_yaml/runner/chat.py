@@ -478,7 +478,11 @@ def _sessions_action(store: SessionStore, args: argparse.Namespace) -> int:
     if args.action == "list":
         sessions = store.sessions()
         if args.json:
-            out.writelines(json.dumps(s.to_dict(), ensure_ascii=False) + "\n" for s in sessions)
+            from .json_text import safe_json_text
+
+            out.writelines(
+                safe_json_text(json.dumps(s.to_dict(), ensure_ascii=False)) + "\n" for s in sessions
+            )
             return 0
         if not sessions:
             _say(f"no sessions in {store.path}")

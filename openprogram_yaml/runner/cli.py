@@ -370,7 +370,9 @@ def _cmd_run(argv: Sequence[str]) -> int:
         kept &= _wrote(args.records, lambda: RecordLog(args.records).append(record))
     shown = display is not None and display.finish(record.output)
     if args.json:
-        _emit(sys.stdout, record.to_json())
+        from .json_text import safe_json_text
+
+        _emit(sys.stdout, safe_json_text(record.to_json()))
     elif record.error is None and not shown:
         text = _format_output(record.output)
         if sys.stdout.isatty():  # what the model wrote is shown there, never obeyed
@@ -828,8 +830,14 @@ def _cmd_render(argv: Sequence[str]) -> int:
         error = rendered.record.error or {}
         _emit(sys.stderr, f"error: nothing to render: {error.get('message', 'no request')}")
         return rendered.record.exit_code or 1
-    text = json.dumps(data, indent=2, ensure_ascii=False) if args.json else format_request(data)
-    _emit(sys.stdout, text, run_secrets(agent))
+    if not args.json:
+        _emit(sys.stdout, format_request(data), run_secrets(agent))
+        return 0
+    from ..redaction import redact
+    from .json_text import safe_json_text
+
+    text = redact(json.dumps(data, indent=2, ensure_ascii=False), run_secrets(agent))
+    _emit(sys.stdout, safe_json_text(text))
     return 0
 
 
@@ -928,7 +936,11 @@ def _cmd_diff(argv: Sequence[str]) -> int:
         _emit(sys.stderr, f"error: {exc}")
         return 2
     if args.json:
+        from ..redaction import redact
+        from .json_text import safe_json_text
+
         text = json.dumps(diff.to_dict(), indent=2, ensure_ascii=False)
+        text = safe_json_text(redact(text, diff.secrets))
     else:
         text = to_markdown(diff) if args.format == "markdown" else to_text(diff)
     _emit(sys.stdout, text.rstrip("\n"), diff.secrets)
@@ -1035,10 +1047,11 @@ def _cmd_test(argv: Sequence[str]) -> int:
         import json
 
         from ..redaction import redact
+        from .json_text import safe_json_text
         from .testing import results_json
 
         text = json.dumps(results_json(outcomes), ensure_ascii=False, default=repr)
-        _emit(sys.stdout, redact(text, secrets))
+        _emit(sys.stdout, safe_json_text(redact(text, secrets)))
     if not _wrote_reports(args, outcomes, secrets):
         return 1
     return 0 if all(o.passed for o in outcomes) else 1

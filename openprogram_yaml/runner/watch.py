@@ -21,6 +21,7 @@ from ..run.reload import ProgramHolder, ReloadEvent, describe_failure, describe_
 from ..run.service import RunService
 from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
 from ..runtime.trace import SessionTrace
+from .json_text import safe_json_text
 from .run_errors import describe_error
 from .terminal_asker import shown_on_terminal
 
@@ -103,7 +104,7 @@ async def watch_and_run(
 
     def on_record(record: RunRecord) -> None:
         if json_output:
-            _print(record.to_json())
+            _print(safe_json_text(record.to_json()))
         elif record.status == "ok":
             text = record.output if isinstance(record.output, str) else None
             if text is None:
