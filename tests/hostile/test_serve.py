@@ -787,7 +787,11 @@ def test_a_refused_body_that_does_not_arrive_closes_the_connection(tmp_path: Pat
     async def scenario() -> None:
         deadlines = Deadlines()
         limits = ServeLimits(body_timeout_s=9.0)
-        options = {"limits": limits, "deadline": deadlines, "token": "t0ken-0f-the-server"}
+        options: dict[str, Any] = {
+            "limits": limits,
+            "deadline": deadlines,
+            "token": "t0ken-0f-the-server",
+        }
         async with served(agent, **options) as (_, port):
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             writer.write(run_request(port)[:-4])  # all but the last bytes of the body

@@ -10,7 +10,7 @@ import contextvars
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -66,10 +66,11 @@ def test_the_hop_gives_what_asyncio_to_thread_gives() -> None:
 
     async def both(value: object) -> list[tuple[str, object]]:
         outcomes: list[tuple[str, object]] = []
-        for hop in (
+        hops: tuple[Callable[[], Awaitable[object]], ...] = (
             lambda: asyncio.to_thread(tool, value),
             lambda: run_blocking(tool, value=value),
-        ):
+        )
+        for hop in hops:
             try:
                 outcomes.append(("value", await hop()))
             except BaseException as exc:
