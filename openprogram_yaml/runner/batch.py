@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError, UsageError
+from ..errors import UsageError
 from ..json_types import JSONObject
 from ..redaction import redact
 from ..run.batch.driver import BatchSummary, drive_batch
@@ -140,21 +140,14 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
     """The ``batch`` subcommand; returns the exit status. ``engine`` runs the rows (default:
     the local engine on the compiled program)."""
     args = _parser().parse_args(argv)
-    from ..compile.cache import compile_cached
-    from ..run.record import run_secrets
     from ..run.version import GitStamper
+    from .cli import select_method
 
+    selected = select_method(args)
+    if isinstance(selected, int):
+        return selected
+    program, agent, method, secrets = selected
     try:
-        program = compile_cached(Path(args.path))
-    except ConfigError as exc:
-        from .cli import _print_config_error
-
-        return _print_config_error(exc)
-    secrets: frozenset[str] = frozenset()
-    try:
-        agent, name = program.select(args.method, agent=args.agent, path=Path(args.path))
-        secrets = run_secrets(agent)
-        method = agent.method(name or None)
         renames = _renames(args.map)
         _not_the_input(args.input, args.output)
         done = _resumed(args.output, args.resume)

@@ -280,11 +280,21 @@ def _format_output(output: object) -> str:
     return json.dumps(output, indent=2, ensure_ascii=False)
 
 
-def _load_method(
+def _usage_failed(exc: Exception, secrets: frozenset[str]) -> int:
+    """Report a usage error (redacted; its control characters shown as text, since it may
+    quote the repository's files or a dataset); the exit status 2."""
+    from .terminal_asker import shown_on_terminal
+
+    _emit(sys.stderr, shown_on_terminal(f"error: {exc}"), secrets)
+    return 2
+
+
+def select_method(
     args: argparse.Namespace,
-) -> tuple[Program, Agent, Method, dict[str, JSONValue]] | int:
-    """The compiled program, the agent and method the command line names, and its inputs
-    (checked); or the exit status after reporting why not."""
+) -> tuple[Program, Agent, Method, frozenset[str]] | int:
+    """The compiled program (``args.path``), the agent and method the command line names
+    (``args.agent``, ``args.method``) and the agent's secrets; or the exit status after
+    reporting why not. ``run``, ``render`` and ``batch`` start here."""
     from ..compile.cache import compile_cached
     from ..errors import ConfigError, UsageError
     from ..run.record import run_secrets
@@ -298,11 +308,27 @@ def _load_method(
         agent, name = program.select(args.method, agent=args.agent, path=Path(args.path))
         secrets = run_secrets(agent)
         method = agent.method(name or None)
+    except UsageError as exc:
+        return _usage_failed(exc, secrets)
+    return program, agent, method, secrets
+
+
+def _load_method(
+    args: argparse.Namespace,
+) -> tuple[Program, Agent, Method, dict[str, JSONValue]] | int:
+    """The compiled program, the agent and method the command line names, and its inputs
+    (checked); or the exit status after reporting why not."""
+    from ..errors import UsageError
+
+    selected = select_method(args)
+    if isinstance(selected, int):
+        return selected
+    program, agent, method, secrets = selected
+    try:
         inputs = _parse_inputs(args, method)
         method.prepare_inputs(inputs)
     except UsageError as exc:
-        _emit(sys.stderr, f"error: {exc}", secrets)
-        return 2
+        return _usage_failed(exc, secrets)
     return program, agent, method, inputs
 
 

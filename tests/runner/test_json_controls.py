@@ -75,3 +75,21 @@ def test_batch_json_escapes_controls_in_its_summary(
     assert "café" in printed
     summary = json.loads(printed)
     assert summary["output"] == str(out) and summary["ok"] == 1
+
+
+@pytest.mark.parametrize("command", ["run", "batch"])
+def test_a_usage_error_quoting_a_name_shows_its_controls_as_text(
+    command: str, write: Write, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # run and batch select the method in one place (cli.select_method); its errors quote
+    # the name they were given, and an OSC 52 (clipboard write) in it reached the terminal.
+    agent = write("agent.yaml", AGENT)
+    name = "tag\x1b]52;c;aGk=\x07"
+    argv = [str(agent), name] if command == "run" else ["batch", str(agent), name]
+    if command == "batch":
+        argv += ["--input", str(write("rows.jsonl", '{"ticket": "x"}\n')), "--output", "o.jsonl"]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "\x1b" not in err and "\x07" not in err
+    assert "tag\\x1b]52;c;aGk=\\x07" in err
