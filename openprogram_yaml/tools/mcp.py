@@ -13,8 +13,9 @@ The SDK's clients are anyio context managers, which must be entered and left by 
 task. So each connection lives in one long-lived task that owns the ``Client`` context and
 waits for ``stop``; callers (the runs) talk to the server through the connected client.
 ``aclose()`` stops that task, and with it the server: stdin closed, then SIGTERM and SIGKILL
-of its process group (the SDK's shutdown). The server's stderr goes to a temporary file, whose
-end is shown when it fails to start.
+of its process group (the SDK's shutdown). The server's stderr goes to a pipe that a thread
+reads, keeping its last bytes (a server that logs for days fills no disk): they are shown
+when it fails to start.
 
 Failures: a server that cannot start is a ``ToolError`` from ``tools()`` (the run fails and
 says why); one that dies during a call, does not answer within ``timeout_s``, or answers with
@@ -34,12 +35,12 @@ import difflib
 import os
 import re
 import shutil
-import tempfile
+import threading
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, cast
+from typing import TYPE_CHECKING, TextIO
 
 from openprogram_yaml.errors import Diagnostic, ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
@@ -70,6 +71,8 @@ DEFAULT_TIMEOUT_S = 30.0
 MAX_NAME = 64
 #: Characters of the server's stderr (its end) shown when it fails to start.
 STDERR_TAIL = 1500
+#: How long a failed start waits for the rest of the stopped server's stderr.
+STDERR_WAIT_S = 5.0
 #: How long ``aclose`` waits for the SDK's shutdown (it escalates to SIGKILL within ~4 s).
 STOP_WAIT_S = 10.0
 _NOT_IN_NAMES = re.compile(r"[^A-Za-z0-9_-]")
@@ -160,7 +163,7 @@ class _Connection:
 
     loop: asyncio.AbstractEventLoop
     stop: asyncio.Event
-    errlog: TextIO | None
+    stderr: _Stderr | None
     task: asyncio.Task[None] | None = None
     client: Client | None = None
     tools: tuple[McpTool, ...] = ()
@@ -282,7 +285,7 @@ class McpServer:
             self._lock = (loop, asyncio.Lock())
         return self._lock[1]
 
-    def _transport(self, errlog: TextIO | None) -> Transport:
+    def _transport(self, stderr: _Stderr | None) -> Transport:
         if self.url is not None:
             return _http_transport(self.url, self.headers)
         from mcp import StdioServerParameters
@@ -291,16 +294,14 @@ class McpServer:
         parameters = StdioServerParameters(
             command=self.command[0], args=list(self.command[1:]), env=self.env, cwd=self.cwd
         )
-        assert errlog is not None
-        return stdio_client(parameters, errlog=errlog)
+        assert stderr is not None
+        return stdio_client(parameters, errlog=stderr.writer)
 
     async def _start(self) -> _Connection:
         loop = asyncio.get_running_loop()
-        errlog = None
-        if self.url is None:
-            # Closed by ``_retire`` when the connection ends.
-            errlog = cast(TextIO, tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace"))  # noqa: SIM115
-        connection = _Connection(loop, asyncio.Event(), errlog)
+        # Its write end is closed by ``_retire`` when the connection ends.
+        stderr = _Stderr() if self.url is None else None
+        connection = _Connection(loop, asyncio.Event(), stderr)
         ready: asyncio.Future[None] = loop.create_future()
         connection.task = loop.create_task(
             self._own(connection, ready), name=f"mcp server {self.name}"
@@ -321,8 +322,8 @@ class McpServer:
                 reason = "it closed the connection before answering (did it exit?)"
             else:
                 reason = _reason(exc)
-            tail = _tail(errlog)
             await _retire(connection)
+            tail = await stderr.tail() if stderr is not None else ""
             raise ToolError(
                 f"{self.describe()} failed to start: {reason}"
                 + (f"\nits stderr ended with:\n{tail}" if tail else "")
@@ -334,7 +335,7 @@ class McpServer:
         from mcp import Client
 
         try:
-            async with Client(self._transport(connection.errlog), cache=None) as client:
+            async with Client(self._transport(connection.stderr), cache=None) as client:
                 tools = await self._list(client)
                 connection.client = client
                 connection.tools = tools
@@ -460,8 +461,8 @@ async def _retire(connection: _Connection) -> None:
             with contextlib.suppress(BaseException):
                 await task
     finally:
-        if connection.errlog is not None:
-            connection.errlog.close()
+        if connection.stderr is not None:
+            connection.stderr.close_writer()
 
 
 def _innermost(exc: BaseException) -> BaseException:
@@ -478,14 +479,48 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _tail(errlog: TextIO | None) -> str:
-    if errlog is None:
-        return ""
-    with contextlib.suppress(OSError, ValueError):
-        errlog.seek(0)
-        text = errlog.read().strip()
+class _Stderr:
+    """A stdio server's stderr: a pipe that a thread of its own reads to the end (any loop may
+    start, use and stop the server), keeping the last ``4 * STDERR_TAIL`` bytes."""
+
+    def __init__(self) -> None:
+        read_fd, write_fd = os.pipe()
+        #: Given to the server's process; this process's copy is closed by ``close_writer``.
+        self.writer: TextIO = os.fdopen(write_fd, "w", encoding="utf-8", errors="replace")
+        self._kept = bytearray()
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
+        reader = threading.Thread(target=self._read, args=(read_fd,), daemon=True)
+        try:
+            reader.start()
+        except BaseException:
+            os.close(read_fd)
+            self.writer.close()
+            raise
+
+    def _read(self, read_fd: int) -> None:
+        try:
+            while chunk := os.read(read_fd, 65536):
+                with self._lock:
+                    self._kept += chunk
+                    del self._kept[: -4 * STDERR_TAIL]
+        finally:
+            os.close(read_fd)
+            self._ended.set()
+
+    def close_writer(self) -> None:
+        """Close this process's copy of the write end: once the server (and whatever it
+        started) has exited too, the reader sees the end of the stream."""
+        with contextlib.suppress(OSError):
+            self.writer.close()
+
+    async def tail(self) -> str:
+        """The end of what the stopped server wrote (waits for it to be read, briefly)."""
+        self.close_writer()
+        await asyncio.to_thread(self._ended.wait, STDERR_WAIT_S)
+        with self._lock:
+            text = self._kept.decode("utf-8", "replace").strip()
         return text if len(text) <= STDERR_TAIL else "…" + text[-STDERR_TAIL:]
-    return ""
 
 
 def _result_value(result: CallToolResult, name: str) -> object:

@@ -10,6 +10,7 @@ import os
 import queue
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import textwrap
@@ -28,7 +29,7 @@ from openprogram_yaml.run.execute import execute_run
 from openprogram_yaml.run.record import RunRecord
 from openprogram_yaml.run.version import VersionStamp
 from openprogram_yaml.runtime.content import ToolContent
-from openprogram_yaml.tools.mcp import STOP_WAIT_S, McpServer, McpTool
+from openprogram_yaml.tools.mcp import STDERR_TAIL, STOP_WAIT_S, McpServer, McpTool
 
 SERVERS = Path(__file__).parent / "mcp_servers"
 NOTES = SERVERS / "notes_server.py"
@@ -194,6 +195,49 @@ def test_a_server_that_cannot_start_says_so_with_its_stderr(tmp_path: Path) -> N
     assert message.startswith("MCP server 'db'") and "failed to start" in message
     assert "closed the connection before answering (did it exit?)" in message
     assert "cannot open the database" in message
+
+
+def test_a_chatty_servers_stderr_is_kept_in_memory_up_to_its_tail_not_in_a_growing_file() -> None:
+    # A server that logs for days must not fill the disk: its stderr was a temporary file
+    # (unlinked, so invisible) that grew with every line. Now only its end is kept.
+    def big_files() -> list[int]:
+        sizes = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                info = os.stat(f"/proc/self/fd/{fd}")
+                if stat.S_ISREG(info.st_mode) and info.st_size >= 1_000_000:
+                    sizes.append(info.st_size)
+        return sizes
+
+    async def go() -> tuple[object, list[int]]:
+        env = {**os.environ, "NOTES_STDERR_BYTES": str(3_000_000)}
+        server = McpServer("notes", command=[sys.executable, str(NOTES)], cwd=SERVERS, env=env)
+        try:
+            tools = _by_name(await server.tools())
+            return await tools["notes__add"].execute(a=2, b=3), big_files()
+        finally:
+            await server.aclose()
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("needs /proc")
+    added, sizes = asyncio.run(go())
+    assert "5" in str(added)
+    assert sizes == []
+
+
+def test_a_server_that_floods_stderr_and_exits_shows_the_end_of_it(tmp_path: Path) -> None:
+    script = tmp_path / "loud.py"
+    script.write_text(
+        "import sys\n"
+        "for n in range(40_000): sys.stderr.write(f'noise {n}\\n')\n"
+        "print('the last words', file=sys.stderr)\nsys.exit(3)\n"
+    )
+    server = McpServer("loud", command=[sys.executable, str(script)], cwd=tmp_path, timeout_s=20)
+    with pytest.raises(ToolError) as failed:
+        asyncio.run(server.tools())
+    message = str(failed.value)
+    assert message.rstrip().endswith("the last words"), message[-200:]
+    assert "noise 0\n" not in message and len(message) < STDERR_TAIL + 500
 
 
 def test_a_server_that_does_not_answer_in_time_is_stopped_without_waiting_for_it() -> None:

@@ -4,7 +4,8 @@
 streamable HTTP on 127.0.0.1. Its tools cover what the tool kind maps: text, structured
 JSON, an image, an embedded resource, an ``isError`` result, a crash (the process exits
 mid-call) and a call that never ends (it waits on an event nobody sets). ``whoami`` reports
-its process id, so a test can check the process is gone after shutdown; ``secret`` returns
+its process id, so a test can check the process is gone after shutdown (and
+``NOTES_STDERR_BYTES`` makes it log that much to stderr first); ``secret`` returns
 the ``NOTES_TOKEN`` its environment was given (and the HTTP server checks ``Authorization``).
 """
 
@@ -111,6 +112,11 @@ def _serve_http(port: int) -> None:
 
 
 if __name__ == "__main__":
+    # NOTES_STDERR_BYTES: a chatty server, logging that much to stderr before it serves.
+    chatter = int(os.environ.get("NOTES_STDERR_BYTES", "0"))
+    for n in range(chatter // 64):
+        sys.stderr.write(f"log line {n:08d} ".ljust(63, ".") + "\n")
+    sys.stderr.flush()
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         _serve_http(int(sys.argv[2]))
     else:
