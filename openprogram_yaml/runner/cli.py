@@ -616,18 +616,7 @@ def _cmd_serve(argv: Sequence[str]) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("path", metavar="PATH", help="an agent file, or a project folder")
-    p.add_argument("--port", type=int, default=8765, help="port to listen on (0: any free one)")
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on (default: %(default)s); any other than loopback needs a token",
-    )
-    p.add_argument(
-        "--token",
-        help="require 'Authorization: Bearer TOKEN' on every request (default: "
-        "$OPENPROGRAM_SERVE_TOKEN, which other users cannot read in the process list); "
-        "a browser opens /?token=TOKEN once",
-    )
+    _add_address_options(p, port=8765, what="", page="; a browser opens /?token=TOKEN once")
     _add_serving_options(p, "on Ctrl-C or SIGTERM")
     p.add_argument("-y", "--yes", action="store_true", help=_YES_HELP)
     limits = ServeLimits()
@@ -710,17 +699,7 @@ def _cmd_mcp(argv: Sequence[str]) -> int:
     )
     p.add_argument("path", metavar="PATH", help="an agent file, or a project folder")
     p.add_argument("--http", action="store_true", help="serve streamable HTTP, not stdio")
-    p.add_argument("--port", type=int, default=8766, help="--http port (0: any free one)")
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="--http address (default: %(default)s); any other than loopback needs a token",
-    )
-    p.add_argument(
-        "--token",
-        help="--http: require 'Authorization: Bearer TOKEN' on every request (default: "
-        "$OPENPROGRAM_SERVE_TOKEN, which other users cannot read in the process list)",
-    )
+    _add_address_options(p, port=8766, what="with --http, ")
     _add_serving_options(p, "at the end")
     p.add_argument(
         "-y",
@@ -753,6 +732,29 @@ def _cmd_mcp(argv: Sequence[str]) -> int:
             live_tools=args.live_tools,
             approve_all=args.yes,
         )
+    )
+
+
+def _add_address_options(
+    p: argparse.ArgumentParser, *, port: int, what: str, page: str = ""
+) -> None:
+    """``--port``, ``--host`` and ``--token`` of a server (``what``: which mode they are for)."""
+    p.add_argument(
+        "--port",
+        type=int,
+        default=port,
+        help=f"{what or 'the '}port to listen on (0: any free one)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help=f"{what or 'the '}address to listen on (default: %(default)s); any other than "
+        "loopback needs a token",
+    )
+    p.add_argument(
+        "--token",
+        help=f"{what}require 'Authorization: Bearer TOKEN' on every request (default: "
+        f"$OPENPROGRAM_SERVE_TOKEN, which other users cannot read in the process list){page}",
     )
 
 
