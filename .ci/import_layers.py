@@ -31,6 +31,8 @@ BASE: dict[str, frozenset[str]] = {
     "safe_urls": frozenset({"errors"}),
     # Who may call a server (loopback rule, bearer token): shared by serve and mcp.
     "access": frozenset(),
+    # Running git on an untrusted repository (version stamps, diff's checkouts).
+    "_git": frozenset(),
 }
 
 #: The contract, top (front ends) to bottom. Read "runner may import run, compile, …".

@@ -3,12 +3,13 @@ checkout, the commit and whether the Program's files differ from it."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .._git import run_git
 
 if TYPE_CHECKING:
     from ..compile.program import Program
@@ -47,16 +48,7 @@ class _GitInfo:
 
 def _git(args: list[str], cwd: Path) -> str | None:
     try:
-        proc = subprocess.run(
-            # A checkout's config may name a command for git to run (core.fsmonitor runs on
-            # status): a prompt repository's commands, hooks or pagers have no business here.
-            ["git", "-c", "core.fsmonitor=false", *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "GIT_PAGER": "cat"},
-        )
+        proc = run_git(args, cwd, timeout_s=10)
     except (OSError, subprocess.SubprocessError):
         return None
     return proc.stdout if proc.returncode == 0 else None

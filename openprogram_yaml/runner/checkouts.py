@@ -24,12 +24,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._git import run_git
 from ..errors import UsageError
 
 __all__ = ["Checkout", "GitRepository", "checkouts"]
-
-#: Settings every git command runs with: nothing the repository configures may run.
-_SAFE = ("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}")
 
 #: How long one git command may take, seconds.
 _TIMEOUT_S = 120
@@ -41,19 +39,7 @@ class GitError(UsageError):
 
 def _git(args: list[str], cwd: Path) -> str:
     try:
-        proc = subprocess.run(
-            ["git", *_SAFE, *args],
-            cwd=cwd,
-            capture_output=True,
-            text=True,
-            timeout=_TIMEOUT_S,
-            env={
-                **os.environ,
-                "GIT_OPTIONAL_LOCKS": "0",
-                "GIT_PAGER": "cat",
-                "GIT_TERMINAL_PROMPT": "0",
-            },
-        )
+        proc = run_git(args, cwd, timeout_s=_TIMEOUT_S)
     except FileNotFoundError as exc:
         raise GitError("git is not installed (diff compares git revisions)") from exc
     except (OSError, subprocess.SubprocessError) as exc:
