@@ -7,7 +7,8 @@ A run takes ``holder.snapshot()`` once, when it starts, so a swap never touches 
 
 Watching is by directory, not by file: editors that save by writing a new file and renaming
 it over the old one (vim, JetBrains, many formatters) replace the inode a per-file watch
-would follow. The directories are those of the tracked files; events on other files are
+would follow. The directories are those of the tracked files (and of the symbolic links a
+file was reached through, which a deploy may point elsewhere); events on other files are
 ignored unless the last compile failed (a broken config cannot say which files it needs, so
 any file next to the tracked ones may be the fix).
 
@@ -22,13 +23,14 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from ..compile.build import Build
+from ..compile.paths import LINK
 from ..compile.program import Program
 from ..compile.project import compile_path
 from ..errors import ConfigError, Diagnostic
@@ -70,6 +72,25 @@ class ReloadEvent:
     diagnostics: tuple[Diagnostic, ...]
     changed: tuple[Path, ...]
     compile_s: float
+
+
+def _links_on(path: str) -> Iterator[Path]:
+    """The symbolic links a lookup of ``path`` passes through, each named in the real folder
+    that holds it, as a watcher of that folder reports it: retargeting one of them (a deploy's
+    ``ln -sfn v3.txt current.txt``, a folder link) changes what the lookup finds."""
+    current = os.sep
+    for part in os.path.abspath(path).split(os.sep):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = os.path.dirname(current)
+            continue
+        step = os.path.join(current, part)
+        if os.path.islink(step):
+            yield Path(step)
+            current = os.path.realpath(step)
+        else:
+            current = step
 
 
 def describe_failure(diagnostics: Sequence[Diagnostic]) -> str:
@@ -141,7 +162,7 @@ class ProgramHolder:
         self.build = Build()
         self._compile_lock = threading.RLock()  # one compile at a time uses the build
         self._compile = compile or self._compile_with_build
-        self._watched: tuple[Program | None, frozenset[Path]] | None = None
+        self._watched: tuple[Program | None, frozenset[Path], frozenset[Path]] | None = None
         self.stamper = stamper or GitStamper()
         self.debounce_ms = debounce_ms
         self.step_ms = step_ms
@@ -253,25 +274,37 @@ class ProgramHolder:
 
     # --- watching -----------------------------------------------------------------------
 
-    def watched_dirs(self) -> frozenset[Path]:
-        """The directories to watch: those of the tracked files, and the source path's."""
+    def _watch_set(self) -> tuple[frozenset[Path], frozenset[Path]]:
+        """The directories to watch, and the symbolic links the program's files were
+        reached through (``_links_on``); computed once per version: a repository of many
+        files lies in few folders, and the watch loop asks after every reload."""
         program = self.program
         known = self._watched
         if known is None or known[0] is not program:
-            # Once per version: a repository of many files lies in few folders, and the
-            # watch loop asks after every reload.
             dirs = {self.path if self.path.is_dir() else self.path.parent}
+            links: set[Path] = set()
             if program is not None:
                 dirs.update(Path(d) for d in {os.path.dirname(p) for p in map(str, program.files)})
-            known = self._watched = (program, frozenset(dirs))
-        return frozenset(d for d in known[1] if d.is_dir())
+                for looked_up, kind in program.reads.lookups:
+                    if kind.startswith(LINK):
+                        links.update(_links_on(looked_up))
+                dirs.update(link.parent for link in links)
+            known = self._watched = (program, frozenset(dirs), frozenset(links))
+        return known[1], known[2]
+
+    def watched_dirs(self) -> frozenset[Path]:
+        """The directories to watch: those of the tracked files and of the links to them,
+        and the source path's."""
+        return frozenset(d for d in self._watch_set()[0] if d.is_dir())
 
     def is_relevant(self, path: Path, *, added: bool = False) -> bool:
         """Whether a change to ``path`` may change the Program (``added``: a new file)."""
         if path in self.ignore:
             return False
-        if self.program is not None and path in self.program.files:
-            return True
+        if self.program is not None and (
+            path in self.program.files or path in self._watch_set()[1]
+        ):
+            return True  # a file it read, or a link it read through (retargeted: ln -sfn)
         if self.path.is_dir() and path.parent == self.path and path.suffix in (".yaml", ".yml"):
             return True  # an agent file in a folder of agents
         if self.failure is None and self.program is not None:

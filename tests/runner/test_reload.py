@@ -56,6 +56,54 @@ def test_edited_prompt_is_used_by_the_next_run(tmp_path: Path) -> None:
     assert asyncio.run(scenario()) == ["test reply to: first hi", "test reply to: second hi"]
 
 
+def _relink(link: Path, target: str) -> None:
+    """Point ``link`` elsewhere as ``ln -sfn`` does: a new link renamed over the old one."""
+    fresh = link.with_name(link.name + ".new")
+    fresh.symlink_to(target)
+    fresh.replace(link)
+
+
+@pytest.mark.parametrize("linked", ["file", "folder"])
+def test_a_retargeted_link_to_the_prompt_reloads(tmp_path: Path, linked: str) -> None:
+    # A deploy points a link at the next prompt (current.j2 -> v2.j2, or a folder link
+    # prompts -> releases/v2). The link lies in a folder no file read lies in: it was not
+    # watched, and the server kept the old prompt until something else changed.
+    agent = write_agent(tmp_path / "agent", "unused")
+    releases = tmp_path / "agent" / "releases"
+    for version in ("v1", "v2"):
+        (releases / version).mkdir(parents=True)
+        (releases / version / "say.j2").write_text(f"{version} {{{{ x }}}}", encoding="utf-8")
+    prompts = tmp_path / "agent" / "prompts"
+    for old in prompts.iterdir():
+        old.unlink()
+    prompts.rmdir()
+    if linked == "file":
+        prompts.mkdir()
+        link = prompts / "say.j2"
+        link.symlink_to(releases / "v1" / "say.j2")
+        target = str(releases / "v2" / "say.j2")
+    else:
+        link = prompts
+        link.symlink_to(releases / "v1")
+        target = str(releases / "v2")
+
+    async def scenario() -> list[str]:
+        holder = ProgramHolder(agent)
+        holder.load()
+        events = Events(holder)
+        service = RunService(holder.snapshot)
+        watcher, stop = await start_watching(holder)
+        before = await service.start(None, "say", {"x": "hi"})
+        _relink(link, target)
+        await events.next("loaded")
+        after = await service.start(None, "say", {"x": "hi"})
+        stop.set()
+        await watcher
+        return [before.output, after.output]
+
+    assert asyncio.run(scenario()) == ["test reply to: v1 hi", "test reply to: v2 hi"]
+
+
 def test_invalid_edit_keeps_the_last_good_version_until_fixed(tmp_path: Path) -> None:
     agent = write_agent(tmp_path, "good {{ x }}")
     prompt = tmp_path / "prompts" / "say.j2"
