@@ -1,13 +1,34 @@
 """The types of JSON data: ``JSONValue`` (what ``json.loads`` returns) and ``JSONObject``.
 
-One place for them, so that a value that is JSON says so instead of ``Any``.
+One place for them, so that a value that is JSON says so instead of ``Any``; and
+``parse_json``, the one way to read JSON text that came from outside.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TypeAlias
 
-__all__ = ["JSONObject", "JSONValue"]
+__all__ = ["JSONObject", "JSONValue", "parse_json"]
 
 JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None"
 JSONObject: TypeAlias = "dict[str, JSONValue]"
+
+
+def parse_json(text: str) -> JSONValue:
+    """``json.loads`` for text from outside the program (a flag, a file, a row, a reply):
+    whatever is wrong with it is a ``json.JSONDecodeError``, which the caller already turns
+    into a clear message. ``json.loads`` alone lets two out as other errors, which reached
+    people as tracebacks: nesting past the interpreter's recursion limit (a
+    ``RecursionError``) and an integer past ``int``'s 4,300 digits (a ``ValueError``)."""
+    try:
+        value: JSONValue = json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise json.JSONDecodeError("nested deeper than the JSON decoder reads", text, 0) from None
+    except ValueError:  # sys.get_int_max_str_digits()
+        raise json.JSONDecodeError(
+            "a number has more digits than the JSON decoder reads", text, 0
+        ) from None
+    return value

@@ -10,7 +10,6 @@ schemas are valid, JSON paths parse, the choice and the tools named exist, and a
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..json_types import parse_json
 from ..runtime.toolgate import ToolDouble
 from ..runtime.validation import SchemaValidator
 from ..spec.diagnostics import did_you_mean
@@ -360,7 +360,7 @@ def _dataset_cases(
             continue
         where = SourceMap(shown, values={(): (number, 1)})
         try:
-            row = json.loads(line)
+            row = parse_json(line)
         except ValueError as exc:
             col.at(where, (), f"not a JSON object: {exc}")
             continue

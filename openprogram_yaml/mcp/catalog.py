@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 
-from ..json_types import JSONValue
+from ..json_types import JSONValue, parse_json
 
 if TYPE_CHECKING:
     from ..compile.program import Agent, Method, Program
@@ -144,7 +144,7 @@ def arguments_to_inputs(method: Method, arguments: Mapping[str, str]) -> dict[st
             inputs[name] = text
             continue
         try:
-            inputs[name] = json.loads(text)
+            inputs[name] = parse_json(text)
         except ValueError:
             inputs[name] = text  # the input check says what is wrong with it
     return inputs

@@ -215,6 +215,7 @@ def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONVal
     import json
 
     from ..errors import UsageError
+    from ..json_types import parse_json
 
     inputs: dict[str, JSONValue] = {}
     if args.input_json:
@@ -225,7 +226,7 @@ def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONVal
             except OSError as exc:
                 raise UsageError(f"--input-json: cannot read {raw[1:]}: {exc.strerror}") from None
         try:
-            loaded = json.loads(raw)
+            loaded = parse_json(raw)
         except json.JSONDecodeError as exc:
             raise UsageError(
                 f"--input-json is not valid JSON: {exc.msg} at column {exc.colno}"
@@ -244,6 +245,7 @@ def input_items(items: Sequence[str], method: Method) -> dict[str, JSONValue]:
     import json
 
     from ..errors import UsageError
+    from ..json_types import parse_json
     from ..runtime.content import MediaError, media_types, read_media_file
 
     inputs: dict[str, JSONValue] = {}
@@ -266,7 +268,7 @@ def input_items(items: Sequence[str], method: Method) -> dict[str, JSONValue]:
             inputs[name] = value
             continue
         try:
-            inputs[name] = json.loads(value)
+            inputs[name] = parse_json(value)
         except json.JSONDecodeError:
             inputs[name] = value
     return inputs

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import ErrorReason, LLMError
+from ..json_types import parse_json
 from ..redaction import redact
 from .protocol import TurnFailure
 
@@ -323,7 +324,7 @@ def _error_text(body: bytes | str) -> str:
     """The human part of an error body: ``error.message`` when it is JSON, else the text."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except ValueError:
         return text.strip()
     error = data.get("error", data) if isinstance(data, dict) else data

@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from .._version import __version__
-from ..json_types import JSONObject, JSONValue
+from ..json_types import JSONObject, JSONValue, parse_json
 from ..redaction import redact
 from ..runtime.trace import SessionTrace, TraceNode, jsonable
 
@@ -386,7 +386,7 @@ def _message(record: object) -> JSONValue:
 def _arguments(raw: object) -> JSONValue:
     if isinstance(raw, str):
         try:
-            parsed: JSONValue = json.loads(raw)
+            parsed: JSONValue = parse_json(raw)
         except ValueError:
             return raw
         return parsed

@@ -35,7 +35,7 @@ from typing import Protocol, TypeAlias
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from openprogram_yaml.errors import ToolError
-from openprogram_yaml.json_types import JSONObject, JSONValue
+from openprogram_yaml.json_types import JSONObject, JSONValue, parse_json
 from openprogram_yaml.providers.http_client import (
     ClientPool,
     ClientSettings,
@@ -260,7 +260,7 @@ class HttpTool(ConfiguredTool):
             return f"(empty response, HTTP {status})"
         if _is_json(content_type):
             try:
-                parsed: JSONValue = json.loads(text)
+                parsed: JSONValue = parse_json(text)
             except ValueError:
                 pass
             else:

@@ -139,6 +139,26 @@ def test_input_errors_name_the_line() -> None:
         list(read_rows(["a,b\n", "1,2\n", "3\n"], "in.csv", "csv"))
 
 
+def test_rows_and_output_lines_the_decoder_cannot_read_are_named_not_crashes(
+    tmp_path: Path,
+) -> None:
+    # A row nested past the recursion limit or with a 5,000-digit number stopped the batch
+    # with a traceback (RecursionError, ValueError); now it is the line's error.
+    deep = '{"ticket": ' + "[" * 100_000 + "]" * 100_000 + "}\n"
+    digits = '{"ticket": ' + "7" * 5_000 + "}\n"
+    for line, said in ((deep, "nested deeper than"), (digits, "a number has more digits")):
+        with pytest.raises(BatchInputError, match=rf"^in.jsonl:2: not valid JSON: {said}"):
+            list(read_rows(['{"ticket": "a"}\n', line], "in.jsonl", "jsonl"))
+        with pytest.raises(BatchInputError, match=rf"^in.json:1: not valid JSON: {said}"):
+            list(read_rows([f"[{line}]"], "in.json", "json"))
+    # On resume, such a line of the output is not a finished row (and no crash).
+    out = tmp_path / "out.jsonl"
+    ok = json.dumps({"key": 0, "digest": "d0", "status": "ok"})
+    out.write_text(ok + "\n" + deep + digits, encoding="utf-8")
+    done = DoneRows.read(out)
+    assert done_key(0, "d0") in done and done.dropped == 2
+
+
 class _InstantEngine:
     """An engine whose rows end at once with a scripted result (the driver's own test)."""
 

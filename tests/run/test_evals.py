@@ -274,6 +274,10 @@ def test_a_bad_dataset_line_is_reported_at_its_line(
     (root / "tests" / "data" / "cases.jsonl").write_text(
         '{"ticket": "ok"}\n{"ticket": 3}\n{"tickt": "x"}\nnot json\n'
         '{"inputs": {"ticket": "y"}, "expect": {"judge": {"pass_at": 2}}}\n'
+        + '{"ticket": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}\n"  # a RecursionError's traceback before
     )
     assert main(["test", str(root)]) == 2
     err = capsys.readouterr().err
@@ -281,6 +285,7 @@ def test_a_bad_dataset_line_is_reported_at_its_line(
     assert "cases.jsonl:3:1" in err and "has no input 'tickt'" in err
     assert "cases.jsonl:4:1" in err and "not a JSON object" in err
     assert "cases.jsonl:5:1" in err and "expect.judge.rubric" in err
+    assert "cases.jsonl:6:1" in err and "nested deeper than the JSON decoder reads" in err
     assert "Traceback" not in err
 
     (root / "tests" / "data" / "cases.jsonl").unlink()

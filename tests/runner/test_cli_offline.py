@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import jsonschema
+import pytest
 from support import EXAMPLES
 
 from openprogram_yaml.runner.cli import main
@@ -55,6 +56,21 @@ def test_input_json_from_a_file(tmp_path, capsys) -> None:
     inputs.write_text(json.dumps({"ticket": "Cannot log in", "tone": "formal"}))
     assert main([TRIAGE, "draft_reply", "--input-json", f"@{inputs}", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["method"] == "draft_reply"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('{"ticket": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than"),
+        ('{"ticket": ' + "7" * 5_000 + "}", "a number has more digits than"),
+    ],
+)
+def test_input_json_the_decoder_cannot_read_is_a_usage_error(tmp_path, capsys, text, said) -> None:
+    # Both were tracebacks (a RecursionError, a ValueError from int()) with exit 1.
+    inputs = tmp_path / "in.json"
+    inputs.write_text(text)
+    assert main([TRIAGE, "classify", "--input-json", f"@{inputs}"]) == 2
+    assert f"--input-json is not valid JSON: {said}" in capsys.readouterr().err
 
 
 def test_missing_input_exits_2(capsys) -> None:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import UsageError
+from ...json_types import parse_json
 
 __all__ = ["DoneRows", "OutputWriter", "done_key"]
 
@@ -69,11 +70,13 @@ class DoneRows:
 
     def _add(self, raw: bytes) -> None:
         try:
-            line = json.loads(raw)
-            key, digest, status = line["key"], line["digest"], line["status"]
-        except (ValueError, KeyError, TypeError):
+            line = parse_json(raw.decode("utf-8"))
+        except ValueError:  # not UTF-8 or not JSON: a line torn by a crash
+            line = None
+        if not isinstance(line, dict) or not {"key", "digest", "status"} <= line.keys():
             self.dropped += 1
             return
+        key, digest, status = line["key"], line["digest"], line["status"]
         if status == "ok" and isinstance(digest, str):
             self.ok.add(done_key(key, digest))
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from ...errors import UsageError
-from ...json_types import JSONObject, JSONValue
+from ...json_types import JSONObject, JSONValue, parse_json
 
 __all__ = [
     "BatchInputError",
@@ -100,7 +100,7 @@ def _jsonl(lines: Iterable[str], name: str) -> Iterator[tuple[str, JSONObject]]:
             continue
         torn = not line.endswith("\n")
         try:
-            value = json.loads(line)
+            value = parse_json(line)
         except json.JSONDecodeError as exc:
             what = "a torn line (it ends before its JSON does)" if torn else "not valid JSON"
             raise BatchInputError(
@@ -144,7 +144,7 @@ def _csv(lines: Iterable[str], name: str) -> Iterator[tuple[str, JSONObject]]:
 
 def _json_array(text: str, name: str) -> Iterator[tuple[str, JSONObject]]:
     try:
-        value = json.loads(text)
+        value = parse_json(text)
     except json.JSONDecodeError as exc:
         raise BatchInputError(
             f"{name}:{exc.lineno}: not valid JSON: {exc.msg} at column {exc.colno}"
@@ -217,7 +217,7 @@ def _typed(value: JSONValue, schema: JSONValue) -> JSONValue:
     if not isinstance(value, str) or (isinstance(schema, dict) and schema.get("type") == "string"):
         return value
     try:
-        parsed: JSONValue = json.loads(value)
+        parsed: JSONValue = parse_json(value)
     except json.JSONDecodeError:
         return value
     return parsed
