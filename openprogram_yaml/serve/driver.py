@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..access import server_token
@@ -18,7 +20,30 @@ from .app import Server, ServeState, shown_host
 from .guard import ServeLimits
 from .history import RunHistory
 
-__all__ = ["serve", "serve_path"]
+__all__ = ["SERVE_GC_THRESHOLD", "serve", "serve_path"]
+
+#: The cyclic collector's first threshold while the command serves (CPython's: 700; 2,000
+#: from 3.13). It collects its youngest objects once that many more were made than freed
+#: since the last collection. The runs in flight (64 clients) hold more than 700, so every
+#: few requests a collection walked them, found them alive and moved them to the older
+#: generations, to be walked again there: about 0.05 ms of a served run's 0.43 ms of CPU.
+#: At 10,000, more than the runs in flight hold, a collection is rare (what a run made is
+#: freed before the count gets there), and the garbage only the collector frees (cycles,
+#: under one object a request) waits longer. The collector stays on.
+SERVE_GC_THRESHOLD = 10_000
+
+
+@contextlib.contextmanager
+def _collector_for_serving() -> Iterator[None]:
+    """The cyclic collector's first threshold at ``SERVE_GC_THRESHOLD`` (a higher one, or
+    0, which turns the collections off, is kept), and back as it was after."""
+    before = gc.get_threshold()
+    if 0 < before[0] < SERVE_GC_THRESHOLD:
+        gc.set_threshold(SERVE_GC_THRESHOLD, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 def _say(text: str) -> None:
@@ -118,7 +143,7 @@ async def serve_path(
     )
     stop, force = asyncio.Event(), asyncio.Event()
     try:
-        with stop_on_signals(stop, force):
+        with _collector_for_serving(), stop_on_signals(stop, force):
             await serve(state, port=port, grace_s=grace_s, watch=watch, stop=stop, force=force)
     except OSError as exc:  # the port is taken, or the address is not this machine's
         _say(f"error: cannot listen on {shown_host(host)}:{port}: {exc.strerror or exc}")
