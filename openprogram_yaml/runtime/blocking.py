@@ -4,8 +4,13 @@ The rule (for ``python:`` tools and tools given to ``Runtime``): an ``async def`
 runs on the event loop; a plain ``def`` runs in a worker thread. A sync function may block
 (a network call, a file, a subprocess), and on the loop it would stall every other run of
 the process: a batch's other rows, a server's other requests. The hop to a thread costs
-about 20 us a call (benchmarks/README.md, per_call.py); a tool that must be faster than that
-is written ``async def``.
+about 15 us when calls follow one another at once. In a run it costs more: the call comes
+after the model's reply, with the worker asleep since the last one, and the loop sleeps
+while the tool runs, so the hop wakes two sleeping threads, each often on a CPU gone idle.
+On the 2-CPU virtual machine of benchmarks/README.md, at load 3 to 4.5, that took 55 to
+300 us (median about 145 us; about 57 us with both threads held on one CPU, which shows it
+is the wake-ups that cost): the sync tool path's gap to an ``async def`` tool. A tool that
+must be faster than that is written ``async def``.
 
 The pool is not the loop's default executor: that one has ``min(32, CPUs + 4)`` threads, 6
 on a 2-CPU machine, so a batch at concurrency 200 whose tool waits 100 ms on the network
