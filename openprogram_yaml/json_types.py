@@ -15,20 +15,22 @@ JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | flo
 JSONObject: TypeAlias = "dict[str, JSONValue]"
 
 
-def parse_json(text: str) -> JSONValue:
+def parse_json(text: str | bytes) -> JSONValue:
     """``json.loads`` for text from outside the program (a flag, a file, a row, a reply):
     whatever is wrong with it is a ``json.JSONDecodeError``, which the caller already turns
     into a clear message. ``json.loads`` alone lets two out as other errors, which reached
     people as tracebacks: nesting past the interpreter's recursion limit (a
     ``RecursionError``) and an integer past ``int``'s 4,300 digits (a ``ValueError``)."""
-    try:
+    try:  # bytes: UTF-8, -16 or -32, as json.loads reads them
         value: JSONValue = json.loads(text)
     except json.JSONDecodeError:
         raise
     except RecursionError:
-        raise json.JSONDecodeError("nested deeper than the JSON decoder reads", text, 0) from None
+        shown = text if isinstance(text, str) else ""
+        raise json.JSONDecodeError("nested deeper than the JSON decoder reads", shown, 0) from None
     except ValueError:  # sys.get_int_max_str_digits()
+        shown = text if isinstance(text, str) else ""
         raise json.JSONDecodeError(
-            "a number has more digits than the JSON decoder reads", text, 0
+            "a number has more digits than the JSON decoder reads", shown, 0
         ) from None
     return value

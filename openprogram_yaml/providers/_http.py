@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from .._file_reads import MAX_MEDIA_BYTES, FileRefused, read_regular_file
 from ..errors import ErrorReason
+from ..json_types import parse_json
 from ..redaction import redact
 from ..runtimes.failures import failure_from_exception, failure_from_redirect, failure_from_status
 from ..runtimes.protocol import (
@@ -286,7 +287,7 @@ class StreamAssembler:
         stream was cut in the middle of is a dropped connection (retried).
         """
         try:
-            data = json.loads(event.data)
+            data = parse_json(event.data)
         except ValueError:
             if event.cut:
                 self.failure = TurnFailure(
@@ -585,7 +586,7 @@ class HTTPRuntime:
         if response.status >= 400:
             return self._status_failure(response, raw)
         try:
-            data = json.loads(raw)
+            data = parse_json(raw)
         except ValueError:
             problem = "the body is not JSON"
         else:

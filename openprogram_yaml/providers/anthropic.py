@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
 from ..errors import ErrorReason
-from ..json_types import JSONValue
+from ..json_types import JSONValue, parse_json
 from ..runtimes.failures import failure_from_body_error
 from ..runtimes.protocol import (
     Capabilities,
@@ -295,7 +295,7 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
                 blocks.append(converted)
     for call in message.tool_calls:
         try:
-            arguments = json.loads(call.arguments or "{}")
+            arguments = parse_json(call.arguments or "{}")
         except ValueError:
             arguments = {}
         blocks.append(

@@ -215,8 +215,18 @@ def test_a_malformed_chat_completion_says_what_is_malformed(
     assert info.value.retryable is False and len(server.requests) == 1
 
 
-def test_a_body_that_is_not_json_is_malformed_and_final(server: LoopbackServer) -> None:
-    server.add(Reply(200, b"<html>captive portal</html>", {"content-type": "text/html"}))
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"<html>captive portal</html>",
+        b"[" * 100_000 + b"]" * 100_000,  # a RecursionError escaped the runtime
+        b'{"id": ' + b"7" * 5_000 + b"}",
+    ],
+)
+def test_a_body_that_is_not_json_is_malformed_and_final(
+    server: LoopbackServer, body: bytes
+) -> None:
+    server.add(Reply(200, body, {"content-type": "text/html"}))
     rt = _runtime(_openai(server.url), FakeClock())
     with pytest.raises(LLMError, match="malformed reply: the body is not JSON"):
         rt.exec("hi")
