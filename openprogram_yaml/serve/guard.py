@@ -160,6 +160,8 @@ def read_json(data: bytes | str) -> JSONValue:
         raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
     except RecursionError:
         raise ValueError(_DEEPER) from None
+    except ValueError:  # int()'s limit on digits (sys.get_int_max_str_digits)
+        raise ValueError("not JSON: a number has more digits than the JSON decoder reads") from None
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _deeper_than(value, MAX_JSON_DEPTH):
         raise ValueError(_DEEPER)  # (fewer brackets, in strings or not, nest no deeper)
     if _has_lone_surrogate(text):

@@ -137,3 +137,10 @@ def test_items_are_counted_up_to_the_bound_and_not_inside_strings() -> None:
     # Commas and brackets in strings are text, not items (a CSV file, a program's source).
     text = {"x": ",[{" * MAX_JSON_ITEMS, "y": ['"],[{,'] * 3}
     assert read_json(json.dumps(text)) == text
+
+
+def test_a_number_past_the_decoders_digits_is_refused_in_its_own_words() -> None:
+    # It was Python's message, naming sys.set_int_max_str_digits() to the client.
+    with pytest.raises(ValueError) as refused:
+        read_json('{"q": ' + "7" * 5_000 + "}")
+    assert str(refused.value) == "not JSON: a number has more digits than the JSON decoder reads"
