@@ -297,7 +297,7 @@ def library_stamps() -> tuple[tuple[str, str], ...]:
     return _library_stamps[0]
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class KeptAgent:
     """An agent compiled by an earlier compile of this build, with what it read."""
 
@@ -316,7 +316,7 @@ class KeptAgent:
     follows_links: bool = False
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class Build:
     """What successive compiles of the same repository share (see the module docstring).
 

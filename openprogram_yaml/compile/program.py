@@ -154,7 +154,7 @@ def _plain(value: object) -> object:
     return repr(value)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, repr=False, slots=True)
 class Method:
     """A method ready to run: inputs checked, prompt rendered, options merged."""
 
@@ -306,7 +306,7 @@ class Method:
         return blocks
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, repr=False, slots=True)
 class Agent:
     """An agent file, compiled."""
 
@@ -357,7 +357,7 @@ class Agent:
             ) from None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, repr=False, slots=True)
 class Program:
     """Everything compiled from a set of files; immutable, so a reload swaps it whole."""
 

@@ -114,7 +114,7 @@ def price_usd(key: PriceKey, usage: Usage) -> Decimal | None:
     return found.total_price
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class _Spend:
     """What one model of a run used, and what that cost."""
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import LLMError
 from ..json_types import JSONObject
-from ..runtime.trace import current_span
 from ..runtimes.failures import falls_back
 from .events import emit
 
@@ -86,7 +85,11 @@ async def with_fallbacks(
                 "next": models[index + 1],
             }
             log.append(entry)
-            span = current_span() if runtime.trace is not None else None
+            span = None
+            if runtime.trace is not None:  # only a traced run needs (and has loaded) it
+                from ..runtime.trace import current_span
+
+                span = current_span()
             if span is not None:
                 fallbacks = span.data.setdefault("fallbacks", [])
                 if isinstance(fallbacks, list):

@@ -28,7 +28,7 @@ __all__ = ["DEFAULT_MAX_STEPS", "RunState", "method_tool", "run_method"]
 DEFAULT_MAX_STEPS = 10
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class RunState:
     """The path one run takes through methods by ``choices``, and its bound."""
 

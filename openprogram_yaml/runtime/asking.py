@@ -117,7 +117,7 @@ def _json(value: object) -> JSONValue:
     return json.loads(json.dumps(value, default=str))  # type: ignore[no-any-return]
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class ScriptedAsker:
     """A test's answers, given in order: ``True``/``"yes"``/``"no"`` for a confirmation, text
     for a question, a list or an object for several questions or a form, ``None`` to decline.

@@ -21,7 +21,6 @@ from openprogram_yaml.runtime.structured import StructuredTerminal
 from openprogram_yaml.runtime.toolgate import RECORDED_TOOL_RESULTS
 from openprogram_yaml.runtime.toolloop import ToolRunner
 from openprogram_yaml.runtime.toolsets import Tool
-from openprogram_yaml.runtime.trace import TraceNode
 from openprogram_yaml.runtime.turn_end import Done, Terminal, Unset
 from openprogram_yaml.runtimes.failures import (
     classify_error_text,
@@ -40,6 +39,7 @@ from openprogram_yaml.runtimes.protocol import (
 
 if TYPE_CHECKING:
     from openprogram_yaml.runtime.runtime import Runtime
+    from openprogram_yaml.runtime.trace import TraceNode
 
 __all__ = ["ExecRun", "StreamEmitter", "message_record", "turn_kwargs"]
 
@@ -126,7 +126,7 @@ def message_record(message: Message) -> JSONObject:
     return record
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class ExecRun:
     """The state of one exec. Built by ``Runtime.async_exec``."""
 

@@ -26,7 +26,6 @@ from openprogram_yaml.runtime.asking import DEFAULT_ASK_TIMEOUT_S, Asker, Asking
 from openprogram_yaml.runtime.callable import CallableRuntime, CallFn
 from openprogram_yaml.runtime.content import render_content
 from openprogram_yaml.runtime.engine import ExecRun, StreamEmitter, message_record, turn_kwargs
-from openprogram_yaml.runtime.meter import UsageMeter
 from openprogram_yaml.runtime.request import ExecRequest
 from openprogram_yaml.runtime.retry import (
     DEFAULT_BACKOFF_BASE_S,
@@ -53,7 +52,6 @@ from openprogram_yaml.runtime.toolsets import (
     as_tool,
     offer_tools,
 )
-from openprogram_yaml.runtime.trace import SessionTrace
 from openprogram_yaml.runtime.turn_end import TEXT_TERMINAL, UNSET, Terminal, Unset
 from openprogram_yaml.runtimes.protocol import (
     AgentRuntimeProtocol,
@@ -67,6 +65,8 @@ from openprogram_yaml.runtimes.protocol import (
 from openprogram_yaml.runtimes.rules import split_model_ref
 
 if TYPE_CHECKING:
+    from openprogram_yaml.runtime.meter import UsageMeter
+    from openprogram_yaml.runtime.trace import SessionTrace
     from openprogram_yaml.runtimes.select import RuntimeSelector
 
 __all__ = ["Runtime"]

@@ -81,7 +81,7 @@ class StandIn:
     reason: str | None = None
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class ToolGate:
     """What one run allows: live tools under an offline runtime, doubles by tool name, and
     every confirmation approved (``approve_all``: ``--yes``).

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from openprogram_yaml.errors import StructuredOutputError
 from openprogram_yaml.json_types import JSONObject
@@ -20,9 +21,11 @@ from openprogram_yaml.runtime.content import ToolContent
 from openprogram_yaml.runtime.structured import parse_json_strict
 from openprogram_yaml.runtime.toolgate import StandIn, ToolGate
 from openprogram_yaml.runtime.toolsets import Tool, ToolPolicy, current_policy
-from openprogram_yaml.runtime.trace import SessionTrace
 from openprogram_yaml.runtime.validators import validator_for
 from openprogram_yaml.runtimes.protocol import Message, ToolCall
+
+if TYPE_CHECKING:
+    from openprogram_yaml.runtime.trace import SessionTrace
 
 __all__ = [
     "MAX_RESULT_CHARS",

@@ -56,7 +56,7 @@ def jsonable(value: object) -> JSONValue:
     return repr(value)
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class TraceNode:
     """One recorded step. ``data`` holds kind-specific fields (messages, usage, attempts, …)."""
 

@@ -74,7 +74,7 @@ class _OwnEntryPoint:
         return getattr(importlib.import_module(module), attribute)
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class _Registration:
     """One registered runtime: its public entry and what makes it."""
 

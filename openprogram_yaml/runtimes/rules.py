@@ -36,7 +36,7 @@ def redact_options(options: Mapping[str, object]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, repr=False, slots=True)
 class RuntimeRule:
     """Models matching ``match`` (a glob on the whole model ref) go to ``runtime``,
     created with ``options``."""
@@ -55,7 +55,7 @@ class RuntimeRule:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, repr=False, slots=True)
 class ProviderConfig:
     """A named provider: the runtime behind it (default: the runtime named ``name``) and
     how to reach it. ``options`` holds further runtime options. The key and header values
