@@ -67,7 +67,7 @@ class _FileEntry:
     problems: tuple[Diagnostic, ...]
 
 
-@dataclass(slots=True)
+@dataclass(eq=False, slots=True)
 class _Check:
     """The state of one compile: what was found, and what the compiled template pins."""
 
