@@ -34,7 +34,8 @@ from ..compile.paths import LINK
 from ..compile.program import Program
 from ..compile.project import compile_path
 from ..errors import ConfigError, Diagnostic
-from .version import GitStamper, VersionStamp
+from .git_stamp import GitStamper
+from .version import VersionStamp
 
 __all__ = [
     "DEBOUNCE_MS",

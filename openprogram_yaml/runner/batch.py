@@ -140,7 +140,7 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
     """The ``batch`` subcommand; returns the exit status. ``engine`` runs the rows (default:
     the local engine on the compiled program)."""
     args = _parser().parse_args(argv)
-    from ..run.version import GitStamper
+    from ..run.git_stamp import GitStamper
     from .cli import select_method
 
     selected = select_method(args)

@@ -348,13 +348,16 @@ def _cmd_run(argv: Sequence[str]) -> int:
 
     from ..run.execute import execute_run
     from ..run.record import RecordLog, append_trace, run_secrets
-    from ..run.version import GitStamper, VersionStamp
+    from ..run.version import VersionStamp
 
     secrets = run_secrets(agent)
 
     # git is asked only when a record is shown or kept: plain runs stay fast.
-    wants_record = args.json or args.records is not None
-    stamp = GitStamper().stamp(program) if wants_record else VersionStamp(program.version)
+    stamp = VersionStamp(program.version)
+    if args.json or args.records is not None:
+        from ..run.git_stamp import GitStamper
+
+        stamp = GitStamper().stamp(program)
     trace = None
     if args.trace:
         from ..runtime.trace import SessionTrace

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 from openprogram_yaml.compile.project import compile_path
-from openprogram_yaml.run.version import GitStamper
+from openprogram_yaml.run.git_stamp import GitStamper
 
 AGENT = """\
 version: 1
