@@ -68,7 +68,7 @@ def arguments_match(expected: Mapping[str, object], arguments: Mapping[str, obje
     return all(k in arguments and arguments[k] == v for k, v in expected.items())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StandIn:
     """A tool call answered without running the tool, and why."""
 

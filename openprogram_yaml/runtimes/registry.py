@@ -61,7 +61,7 @@ _BUILTINS = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _OwnEntryPoint:
     """One of this package's entry points (``_BUILTINS``), loaded as ``EntryPoint.load``
     would, without importing ``importlib.metadata`` (about 4 ms of a run's start-up)."""

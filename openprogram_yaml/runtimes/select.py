@@ -66,7 +66,7 @@ class Selection:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SelectorProblem:
     """A rule or provider that names no registered runtime; ``where`` is
     ``"runtimes[i]"`` or ``"providers.NAME"``."""
