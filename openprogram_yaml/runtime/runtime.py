@@ -35,14 +35,12 @@ from openprogram_yaml.runtime.retry import (
     resolve_backoff_base,
     resolve_max_retries,
 )
-from openprogram_yaml.runtime.skills import default_skill_dirs, skills_block
 from openprogram_yaml.runtime.structured import (
     DEFAULT_VALIDATION_RETRIES,
     StructuredTerminal,
     normalize_response_format,
     select_mode,
 )
-from openprogram_yaml.runtime.syncface import LoopRunner
 from openprogram_yaml.runtime.toolgate import ToolGate
 from openprogram_yaml.runtime.toolloop import ToolRunner
 from openprogram_yaml.runtime.toolsets import (
@@ -66,6 +64,7 @@ from openprogram_yaml.runtimes.rules import split_model_ref
 
 if TYPE_CHECKING:
     from openprogram_yaml.runtime.meter import UsageMeter
+    from openprogram_yaml.runtime.syncface import LoopRunner
     from openprogram_yaml.runtime.trace import SessionTrace
     from openprogram_yaml.runtimes.select import RuntimeSelector
 
@@ -213,6 +212,8 @@ class Runtime:
             with _LOOP_RUNNER_MADE:  # two threads' first exec at once make one between them
                 runner = self._loop_runner
                 if runner is None:
+                    from openprogram_yaml.runtime.syncface import LoopRunner  # sync runs only
+
                     runner = self._loop_runner = LoopRunner()
         return runner
 
@@ -331,7 +332,9 @@ class Runtime:
         return self._selector.select(model_ref)
 
     def _system_prompt(self, extra: list[str], terminal: Terminal) -> str | None:
-        if self.skills and self._skills_text is None:
+        if self.skills and self._skills_text is None:  # once, and only with skills
+            from openprogram_yaml.runtime.skills import default_skill_dirs, skills_block
+
             dirs = default_skill_dirs() if self.skills is True else list(self.skills)
             self._skills_text = skills_block(dirs)
         if not (extra or self._skills_text or terminal.system_suffix):
