@@ -14,6 +14,7 @@ from typing import Any
 
 from .._file_writes import write_atomically
 from ..compile.program import Program
+from ..json_types import parse_json
 
 __all__ = ["LOCK_FILE", "check_lock", "lock_data", "write_lock"]
 
@@ -44,7 +45,7 @@ def check_lock(program: Program, path: Path | None = None) -> list[str]:
     """Differences between the program and its lock file, one line each (empty: in sync)."""
     target = path or program.root / LOCK_FILE
     try:
-        locked = json.loads(target.read_text(encoding="utf-8"))
+        locked: Any = parse_json(target.read_text(encoding="utf-8"))  # (a list: AttributeError)
         old: dict[str, str] = dict(locked.get("prompts", {}))
     except FileNotFoundError:
         return [f"{target} does not exist; write it with `openprogram-run lock`"]

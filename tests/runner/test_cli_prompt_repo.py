@@ -126,3 +126,11 @@ def test_trace_names_the_version_of_each_prompt(tmp_path: Path, capsys) -> None:
         methods["desk.investigate"],
         methods["desk.answer"],
     ]
+
+
+def test_a_lock_nested_past_the_decoder_is_reported_not_a_traceback(repo: Path, capsys) -> None:
+    lock = repo / "openprogram.lock"
+    lock.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    assert main(["lock", "--check", str(repo)]) == 1
+    err = capsys.readouterr().err
+    assert f"{lock} cannot be read (nested deeper than the JSON decoder reads" in err
