@@ -28,6 +28,8 @@ def parse_json(text: str | bytes) -> JSONValue:
     except RecursionError:
         shown = text if isinstance(text, str) else ""
         raise json.JSONDecodeError("nested deeper than the JSON decoder reads", shown, 0) from None
+    except UnicodeDecodeError as exc:  # bytes in none of those (a ValueError too)
+        raise json.JSONDecodeError("not UTF-8, UTF-16 or UTF-32 text", "", 0) from exc
     except ValueError:  # sys.get_int_max_str_digits()
         shown = text if isinstance(text, str) else ""
         raise json.JSONDecodeError(
