@@ -80,7 +80,8 @@ def _links_on(path: str) -> Iterator[Path]:
     that holds it, as a watcher of that folder reports it: retargeting one of them (a deploy's
     ``ln -sfn v3.txt current.txt``, a folder link) changes what the lookup finds."""
     current = os.sep
-    for part in os.path.abspath(path).split(os.sep):
+    # Not abspath: it drops ``x/..`` before the lookup would have followed a link ``x``.
+    for part in os.path.join(os.getcwd(), path).split(os.sep):
         if part in ("", "."):
             continue
         if part == "..":

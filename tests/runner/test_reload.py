@@ -15,6 +15,7 @@ from reload_helpers import (
     EVENT_TIMEOUT_S,
     Events,
     GateRuntime,
+    agent_yaml,
     save,
     start_watching,
     write_agent,
@@ -95,6 +96,36 @@ def test_a_retargeted_link_to_the_prompt_reloads(tmp_path: Path, linked: str) ->
         watcher, stop = await start_watching(holder)
         before = await service.start(None, "say", {"x": "hi"})
         _relink(link, target)
+        await events.next("loaded")
+        after = await service.start(None, "say", {"x": "hi"})
+        stop.set()
+        await watcher
+        return [before.output, after.output]
+
+    assert asyncio.run(scenario()) == ["test reply to: v1 hi", "test reply to: v2 hi"]
+
+
+def test_a_retargeted_link_a_path_goes_up_from_reloads(tmp_path: Path) -> None:
+    # prompt_file: current/../say.j2 with current -> releases/v1/prompts reads
+    # releases/v1/say.j2: the lookup follows the link before going up, so retargeting it
+    # changes the prompt (the link was not seen: the path was shortened to say.j2 first).
+    agent = write_agent(tmp_path, "unused")
+    agent.write_text(agent_yaml().replace("prompts/say.j2", "current/../say.j2"), "utf-8")
+    for version in ("v1", "v2"):
+        (tmp_path / "releases" / version / "prompts").mkdir(parents=True)
+        say = tmp_path / "releases" / version / "say.j2"
+        say.write_text(f"{version} {{{{ x }}}}", encoding="utf-8")
+    link = tmp_path / "current"
+    link.symlink_to(tmp_path / "releases" / "v1" / "prompts")
+
+    async def scenario() -> list[str]:
+        holder = ProgramHolder(agent)
+        holder.load()
+        events = Events(holder)
+        service = RunService(holder.snapshot)
+        watcher, stop = await start_watching(holder)
+        before = await service.start(None, "say", {"x": "hi"})
+        _relink(link, str(tmp_path / "releases" / "v2" / "prompts"))
         await events.next("loaded")
         after = await service.start(None, "say", {"x": "hi"})
         stop.set()
