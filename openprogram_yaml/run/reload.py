@@ -23,6 +23,7 @@ import contextlib
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -54,6 +55,8 @@ __all__ = [
 #: ``benchmarks/reload.py``: see that file for the save-to-serving latency.
 DEBOUNCE_MS = 50
 STEP_MS = 10
+#: Links one lookup follows before it fails with ELOOP (Linux's limit).
+_MAX_HOPS = 40
 
 ReloadStatus = Literal["loaded", "failed", "unchanged"]
 
@@ -78,21 +81,33 @@ class ReloadEvent:
 def _links_on(path: str) -> Iterator[Path]:
     """The symbolic links a lookup of ``path`` passes through, each named in the real folder
     that holds it, as a watcher of that folder reports it: retargeting one of them (a deploy's
-    ``ln -sfn v3.txt current.txt``, a folder link) changes what the lookup finds."""
-    current = os.sep
+    ``ln -sfn v3.txt current.txt``, a folder link, a link a link leads to) changes what the
+    lookup finds. Followed one link at a time, as the lookup does, and as far as it does."""
     # Not abspath: it drops ``x/..`` before the lookup would have followed a link ``x``.
-    for part in os.path.join(os.getcwd(), path).split(os.sep):
+    parts = deque(os.path.join(os.getcwd(), path).split(os.sep))
+    current, hops = os.sep, 0
+    while parts:
+        part = parts.popleft()
         if part in ("", "."):
             continue
         if part == "..":
             current = os.path.dirname(current)
             continue
         step = os.path.join(current, part)
-        if os.path.islink(step):
-            yield Path(step)
-            current = os.path.realpath(step)
-        else:
+        if not os.path.islink(step):
             current = step
+            continue
+        yield Path(step)
+        hops += 1
+        try:
+            target = os.readlink(step)
+        except OSError:  # gone since: the next compile looks again
+            return
+        if hops > _MAX_HOPS:  # a loop: the lookup fails here (ELOOP)
+            return
+        if os.path.isabs(target):
+            current = os.sep
+        parts.extendleft(reversed(target.split(os.sep)))
 
 
 def describe_failure(diagnostics: Sequence[Diagnostic]) -> str:

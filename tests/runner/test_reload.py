@@ -135,6 +135,39 @@ def test_a_retargeted_link_a_path_goes_up_from_reloads(tmp_path: Path) -> None:
     assert asyncio.run(scenario()) == ["test reply to: v1 hi", "test reply to: v2 hi"]
 
 
+def test_a_retargeted_link_a_link_leads_to_reloads(tmp_path: Path) -> None:
+    # prompts -> live -> releases/v1: a deploy flips live, the link the lookup reaches
+    # through the first one (only the first was seen).
+    agent = write_agent(tmp_path / "agent", "unused")
+    releases = tmp_path / "agent" / "releases"
+    for version in ("v1", "v2"):
+        (releases / version).mkdir(parents=True)
+        (releases / version / "say.j2").write_text(f"{version} {{{{ x }}}}", encoding="utf-8")
+    prompts = tmp_path / "agent" / "prompts"
+    (prompts / "say.j2").unlink()
+    prompts.rmdir()
+    (tmp_path / "agent" / "deploy").mkdir()
+    prompts.symlink_to("deploy/live")
+    live = tmp_path / "agent" / "deploy" / "live"
+    live.symlink_to("../releases/v1")
+
+    async def scenario() -> list[str]:
+        holder = ProgramHolder(agent)
+        holder.load()
+        events = Events(holder)
+        service = RunService(holder.snapshot)
+        watcher, stop = await start_watching(holder)
+        before = await service.start(None, "say", {"x": "hi"})
+        _relink(live, "../releases/v2")
+        await events.next("loaded")
+        after = await service.start(None, "say", {"x": "hi"})
+        stop.set()
+        await watcher
+        return [before.output, after.output]
+
+    assert asyncio.run(scenario()) == ["test reply to: v1 hi", "test reply to: v2 hi"]
+
+
 def test_invalid_edit_keeps_the_last_good_version_until_fixed(tmp_path: Path) -> None:
     agent = write_agent(tmp_path, "good {{ x }}")
     prompt = tmp_path / "prompts" / "say.j2"
