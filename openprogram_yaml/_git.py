@@ -21,12 +21,14 @@ _SAFE = ("-c", "core.fsmonitor=false", "-c", f"core.hooksPath={os.devnull}")
 def run_git(args: list[str], cwd: Path, *, timeout_s: float) -> subprocess.CompletedProcess[str]:
     """``git ARGS`` in ``cwd``, its output captured as text. Raises ``OSError`` (no git, no
     such folder) and ``subprocess.SubprocessError`` (the timeout); a failed command is a
-    non-zero ``returncode``."""
+    non-zero ``returncode``. Bytes that are not UTF-8 (a file's name as the file system
+    holds it) are read as ``os.fsdecode`` reads them, so such a name still opens the file."""
     return subprocess.run(
         ["git", *_SAFE, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
+        errors="surrogateescape",
         timeout=timeout_s,
         env={**os.environ, **_ENV},
     )

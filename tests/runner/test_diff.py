@@ -219,3 +219,14 @@ def test_the_text_diff_shows_a_prompts_escape_sequences_as_text(
     _, out, _ = run_diff(capsys, str(repo / "support_repo"))
     assert "\x1b" not in out, out
     assert r"+Refund at once.\x1b[2K" in out, out
+
+
+def test_a_file_named_in_no_utf_8_is_copied_with_the_work_tree(
+    repo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # git names files as the file system holds them (ls-files -z): read as UTF-8 text, a
+    # Latin-1 name in someone's repository stopped diff with a UnicodeDecodeError.
+    (repo / "support_repo" / os.fsdecode(b"caf\xe9.txt")).write_text("notes")
+    code, out, err = run_diff(capsys, str(repo / "support_repo"))
+    assert (code, err) == (0, ""), err
+    assert "work tree" in out
