@@ -80,12 +80,21 @@ def envelope_problems(options: dict[str, Any]) -> list[tuple[str, str]]:
 class SchemaFiles:
     """Schema files parsed and checked during one compile, shared by the agents it compiles
     (a repository's agents point at the same few files). Each agent's bundle still records
-    the file as read, and repeats the file's own problems."""
+    the file as read, and repeats the file's own problems.
+
+    Schemas bundled without a problem are shared too, by their JSON text and the folder of
+    the file naming them (what a ``$ref`` is relative to): agents repeat the same inline
+    schemas (``{type: string}``, one ``$ref`` to a shared file). Each gets its own copy,
+    with the files and lookups of the first; a schema with a problem is bundled each time,
+    as its messages name the place that wrote it.
+    """
 
     def __init__(self) -> None:
         self.loaded: dict[Path, tuple[Any, SourceMap | None, tuple[Diagnostic, ...]]] = {}
         #: Each file's path in the project made a name (``_Bundler.prefix``).
         self.names: dict[Path, str] = {}
+        #: (folder, schema as JSON) -> (bundled as JSON, files, lookups).
+        self.bundled: dict[tuple[str, str], tuple[str, frozenset[Path], dict[str, str]]] = {}
 
 
 class _Bundler:
@@ -312,6 +321,10 @@ def bundle_schema(
     ``search`` folders (the project's schema folders). ``shared`` holds the files already
     parsed in this compile, ``resolutions`` the paths already resolved.
     """
+    key = _sharing_key(schema, base_file) if shared is not None else None
+    known = shared.bundled.get(key) if shared is not None and key is not None else None
+    if known is not None:
+        return SchemaBundle(json.loads(known[0]), set(known[1]), [], dict(known[2]))
     bundler = _Bundler(root, search, shared, resolutions)
     for path, message in keyword_mistakes(schema):
         pos = source.at((*loc, *path), key=True)
@@ -329,7 +342,28 @@ def bundle_schema(
             out.diagnostics.append(
                 Diagnostic(pos.path, pos.line, pos.col, f"invalid JSON Schema: {message}")
             )
+    if key is not None and shared is not None and not out.diagnostics:
+        as_json = _json_text(bundled)
+        if as_json is not None:
+            shared.bundled[key] = (as_json, frozenset(out.files), dict(out.lookups))
     return out
+
+
+def _sharing_key(schema: Any, base_file: Path) -> tuple[str, str] | None:
+    """What a bundle of ``schema`` named from ``base_file`` depends on within one compile
+    (besides the files it reads, each parsed once): its JSON text, which tells apart every
+    value YAML and JSON give (``1``, ``1.0``, ``true``, ``"1"``; their mapping keys are
+    always strings), and the folder its ``$ref``s are relative to. None for a value JSON
+    cannot write (a YAML ``!!binary``)."""
+    text = _json_text(schema)
+    return None if text is None else (os.path.dirname(base_file), text)
+
+
+def _json_text(value: Any) -> str | None:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 _NOWHERE = object()

@@ -10,12 +10,14 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from openprogram_yaml.compile.build import RACY_NS, file_reads
+from openprogram_yaml.compile.context import ProjectContext
 from openprogram_yaml.compile.paths import Resolutions, resolve_inside
-from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.compile.project import compile_agent_files, compile_path
 from openprogram_yaml.compile.templates import _resolved, _resolved_folder
 from openprogram_yaml.errors import ConfigError
 
@@ -167,3 +169,83 @@ def test_a_linked_agent_files_inline_template_includes_beside_its_target(tmp_pat
     prompt = compile_path(tmp_path).agents["a"].methods["ask"].prompt
     assert prompt.render({"q": "x"}) == "part x!"
     assert prompt.files == frozenset({tmp_path.resolve() / "real" / "part.j2"})
+
+
+SCHEMA_AGENT = """version: 1
+name: {name}
+model: test
+methods:
+  ask:
+    inputs:
+      q: {schema}
+      n: {{type: integer, default: 1}}
+    prompt: "{{{{ q }}}}"
+    response_schema: {{$ref: ../schemas/label.json}}
+"""
+SCHEMAS = [
+    "{type: string}",
+    "{type: string, maxLength: 1}",
+    "{type: string, maxLength: 1.0}",  # a float: not the schema above
+    "{type: string, maxLength: '1'}",  # a string: a problem, at this agent's place
+    "{type: strin}",  # a problem
+    "{$ref: ../schemas/q.json}",
+    "{$ref: ../schemas/missing.json}",  # a problem
+]
+
+
+def _schema_repository(root: Path, folders: tuple[str, ...]) -> None:
+    (root / "openprogram.yaml").write_text("version: 1\nagents: [a/*.yaml, b/c/*.yaml]\n")
+    (root / "schemas").mkdir()
+    (root / "schemas" / "label.json").write_text('{"type": "string", "enum": ["a", "b"]}')
+    (root / "schemas" / "q.json").write_text('{"type": "string", "$defs": {"x": {}}}')
+    for folder in folders:
+        (root / folder).mkdir(parents=True)
+        for i, schema in enumerate(SCHEMAS * 2):
+            text = SCHEMA_AGENT.format(name=f"{folder[0]}_{i}", schema=schema)
+            (root / folder / f"a{i}.yaml").write_text(text, encoding="utf-8")
+
+
+def test_shared_schemas_agree_with_bundling_each_alone(tmp_path: Path) -> None:
+    # The same inline schemas in many agents, in two folders (a $ref is relative to its
+    # file's folder): each agent's problems at its own place, each valid schema as if the
+    # agent were compiled alone, and a copy of its own.
+    root = tmp_path / "project"
+    root.mkdir()
+    _schema_repository(root, ("a", "b/c"))
+    (root / "b" / "schemas").mkdir()
+    (root / "b" / "schemas" / "label.json").write_text('{"type": "integer"}')
+    (root / "b" / "schemas" / "q.json").write_text('{"type": "number"}')
+    with pytest.raises(ConfigError) as together:
+        compile_path(root)
+    ctx = ProjectContext(root.resolve())
+    alone: list[str] = []
+    for path in [*sorted(root.glob("a/*.yaml")), *sorted(root.glob("b/c/*.yaml"))]:
+        try:
+            compile_agent_files([path.resolve()], context=ctx)
+        except ConfigError as exc:
+            alone += [str(d) for d in exc.diagnostics]
+    assert [str(d) for d in together.value.diagnostics] == alone
+    assert len(alone) == 3 * 2 * 2  # three problems, in two copies, in two folders
+
+    for folder in ("a", "b/c"):
+        for path in (root / folder).glob("a*.yaml"):
+            if int(path.stem[1:]) % len(SCHEMAS) in (3, 4, 6):
+                path.unlink()
+    program = compile_path(root)
+    assert len(program.agents) == 16
+    for name, agent in program.agents.items():
+        folder, i = {"a": "a", "b": "b/c"}[name[0]], name[2:]
+        each = compile_agent_files([root.resolve() / folder / f"a{i}.yaml"], context=ctx)
+        each_agent = each.agents[name]
+        for method, own in agent.methods.items():
+            assert own.input_schema == each_agent.methods[method].input_schema
+            assert own.response_format == each_agent.methods[method].response_format
+        assert each.files <= program.files
+    first, second = program.agents["a_0"], program.agents["a_7"]
+    assert first.methods["ask"].inputs == second.methods["ask"].inputs
+    assert first.methods["ask"].inputs["q"] is not second.methods["ask"].inputs["q"]
+    schema: dict[str, Any] = {n: a.methods["ask"].inputs["q"] for n, a in program.agents.items()}
+    assert schema["a_5"]["type"] == "string"
+    assert schema["b_5"]["type"] == "number"
+    assert schema["a_1"]["maxLength"] == 1
+    assert isinstance(schema["a_2"]["maxLength"], float)
