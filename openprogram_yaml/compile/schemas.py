@@ -82,8 +82,8 @@ class SchemaFiles:
     (a repository's agents point at the same few files). Each agent's bundle still records
     the file as read, and repeats the file's own problems.
 
-    Schemas bundled without a problem are shared too, by their JSON text and the folder of
-    the file naming them (what a ``$ref`` is relative to): agents repeat the same inline
+    Schemas bundled without a problem are shared too, by their text and the folder of the
+    file naming them (what a ``$ref`` is relative to): agents repeat the same inline
     schemas (``{type: string}``, one ``$ref`` to a shared file). Each gets its own copy,
     with the files and lookups of the first; a schema with a problem is bundled each time,
     as its messages name the place that wrote it.
@@ -93,7 +93,7 @@ class SchemaFiles:
         self.loaded: dict[Path, tuple[Any, SourceMap | None, tuple[Diagnostic, ...]]] = {}
         #: Each file's path in the project made a name (``_Bundler.prefix``).
         self.names: dict[Path, str] = {}
-        #: (folder, schema as JSON) -> (bundled as JSON, files, lookups).
+        #: ``_sharing_key`` -> (bundled as JSON, files, lookups).
         self.bundled: dict[tuple[str, str], tuple[str, frozenset[Path], dict[str, str]]] = {}
 
 
@@ -349,17 +349,18 @@ def bundle_schema(
     return out
 
 
-def _sharing_key(schema: Any, base_file: Path) -> tuple[str, str] | None:
+def _sharing_key(schema: Any, base_file: Path) -> tuple[str, str]:
     """What a bundle of ``schema`` named from ``base_file`` depends on within one compile
-    (besides the files it reads, each parsed once): its JSON text, which tells apart every
-    value YAML and JSON give (``1``, ``1.0``, ``true``, ``"1"``; their mapping keys are
-    always strings), and the folder its ``$ref``s are relative to. None for a value JSON
-    cannot write (a YAML ``!!binary``)."""
-    text = _json_text(schema)
-    return None if text is None else (os.path.dirname(base_file), text)
+    (besides the files it reads, each parsed once): the folder its ``$ref``s are relative
+    to, and its ``repr``, which tells apart every value YAML and JSON give (``1``, ``1.0``,
+    ``True``, ``'1'``; mapping keys are always strings) and keeps the order of keys. Only
+    bundles JSON can write are kept (``_json_text``), so a key found is one of those."""
+    return os.path.dirname(base_file), repr(schema)
 
 
 def _json_text(value: Any) -> str | None:
+    """``value`` as JSON, which ``json.loads`` makes an equal copy of; None for a value
+    JSON cannot write (a YAML ``!!binary``)."""
     try:
         return json.dumps(value)
     except (TypeError, ValueError, RecursionError):

@@ -190,6 +190,8 @@ SCHEMAS = [
     "{type: strin}",  # a problem
     "{$ref: ../schemas/q.json}",
     "{$ref: ../schemas/missing.json}",  # a problem
+    "{type: [string, boolean, integer], default: true}",
+    "{type: [string, boolean, integer], default: 1}",  # not the schema above
 ]
 
 
@@ -232,7 +234,7 @@ def test_shared_schemas_agree_with_bundling_each_alone(tmp_path: Path) -> None:
             if int(path.stem[1:]) % len(SCHEMAS) in (3, 4, 6):
                 path.unlink()
     program = compile_path(root)
-    assert len(program.agents) == 16
+    assert len(program.agents) == 24
     for name, agent in program.agents.items():
         folder, i = {"a": "a", "b": "b/c"}[name[0]], name[2:]
         each = compile_agent_files([root.resolve() / folder / f"a{i}.yaml"], context=ctx)
@@ -241,7 +243,7 @@ def test_shared_schemas_agree_with_bundling_each_alone(tmp_path: Path) -> None:
             assert own.input_schema == each_agent.methods[method].input_schema
             assert own.response_format == each_agent.methods[method].response_format
         assert each.files <= program.files
-    first, second = program.agents["a_0"], program.agents["a_7"]
+    first, second = program.agents["a_0"], program.agents["a_9"]
     assert first.methods["ask"].inputs == second.methods["ask"].inputs
     assert first.methods["ask"].inputs["q"] is not second.methods["ask"].inputs["q"]
     schema: dict[str, Any] = {n: a.methods["ask"].inputs["q"] for n, a in program.agents.items()}
@@ -249,3 +251,5 @@ def test_shared_schemas_agree_with_bundling_each_alone(tmp_path: Path) -> None:
     assert schema["b_5"]["type"] == "number"
     assert schema["a_1"]["maxLength"] == 1
     assert isinstance(schema["a_2"]["maxLength"], float)
+    assert schema["a_7"]["default"] is True
+    assert schema["a_8"]["default"] == 1 and schema["a_17"]["default"] is not True
