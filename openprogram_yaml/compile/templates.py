@@ -364,16 +364,26 @@ class TemplateEngine:
         return analysis, tuple(problems)
 
     def _check_unit(self, unit: _Unit, check: _Check) -> None:
-        identifiers = code_identifiers(unit.source)
-        hits: dict[tuple[int, str], int] = {}
+        undeclared = False
         for read in unit.analysis.reads:
-            col = column_of(read, identifiers, unit.source, hits)
             if read.name in unit.analysis.top_level or read.name in unit.local_names:
                 continue
             if unit.sees_inputs and read.name in check.declared:
                 check.variables.add(read.name)
-                continue
-            check.add(unit.origin, read.line, col, _undeclared_message(read.name, unit, check))
+            else:
+                undeclared = True
+        if undeclared:
+            # Columns are found only for a template with a problem: it takes a scan of every
+            # tag, and each read's column depends on the reads before it on its line.
+            identifiers = code_identifiers(unit.source)
+            hits: dict[tuple[int, str], int] = {}
+            for read in unit.analysis.reads:
+                col = column_of(read, identifiers, unit.source, hits)
+                if read.name in unit.analysis.top_level or read.name in unit.local_names:
+                    continue
+                if not (unit.sees_inputs and read.name in check.declared):
+                    message = _undeclared_message(read.name, unit, check)
+                    check.add(unit.origin, read.line, col, message)
 
         for ref in unit.analysis.references:
             self._follow(unit, ref, check)
