@@ -106,16 +106,22 @@ def _template(
         if target is None:
             col.at(source, file_loc, str(problem))
             return None
-        shown = str(display_path(target))
-        try:
-            text = read_text(target, shown)
-        except UnreadableFile as exc:
-            if exc.inside:
-                col.files.add(target)
-                col.diagnostics.extend(exc.diagnostics)
-            else:
-                col.at(source, file_loc, f"'{file_ref}': {exc.reason} ({target})")
-            return None
+        known = col.prompt_files.get(target)
+        if known is None:
+            shown = str(display_path(target))
+            try:
+                text = read_text(target, shown)
+            except UnreadableFile as exc:
+                if exc.inside:
+                    col.files.add(target)
+                    col.diagnostics.extend(exc.diagnostics)
+                else:
+                    col.at(source, file_loc, f"'{file_ref}': {exc.reason} ({target})")
+                return None
+            # Read once in a compile, as the schema files are: agents share templates.
+            col.prompt_files[target] = (shown, text)
+        else:
+            shown, text = known
         col.files.add(target)
         origin = TextOrigin(shown, 1, 1, "file")
         real_path = target

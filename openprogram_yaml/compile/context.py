@@ -39,6 +39,9 @@ class Collector:
         self.schema_files: SchemaFiles | None = None
         #: Paths resolved in this compile (the compile of many agents shares one).
         self.resolutions = Resolutions()
+        #: Template files named by ``prompt_file`` or ``instructions_file`` and read in this
+        #: compile, by path: (the path as messages show it, its text). Shared as the above.
+        self.prompt_files: dict[Path, tuple[str, str]] = {}
 
     def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
         pos = source.at(loc, key=key)

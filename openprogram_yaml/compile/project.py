@@ -265,6 +265,7 @@ def _compile_agents(
     checked = Checked()
     schema_files = SchemaFiles()
     resolutions = Resolutions()
+    prompt_files: dict[Path, tuple[str, str]] = {}
     agents: dict[str, Agent] = {}
     # Only the documents of agents with tests are kept to the end: a document with its
     # source map weighs more than the agent compiled from it.
@@ -295,6 +296,7 @@ def _compile_agents(
             agent_col = Collector()
             agent_col.schema_files = schema_files
             agent_col.resolutions = resolutions
+            agent_col.prompt_files = prompt_files
             compiled = compile_agent(doc, ctx, agent_col, build)
             col.diagnostics.extend(agent_col.diagnostics)
             col.files |= agent_col.files

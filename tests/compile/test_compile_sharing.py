@@ -19,7 +19,7 @@ from openprogram_yaml.compile.context import ProjectContext
 from openprogram_yaml.compile.paths import Resolutions, resolve_inside
 from openprogram_yaml.compile.project import compile_agent_files, compile_path
 from openprogram_yaml.compile.templates import _resolved, _resolved_folder
-from openprogram_yaml.errors import ConfigError
+from openprogram_yaml.errors import ConfigError, Diagnostic
 
 AGENT = """version: 1
 name: {name}
@@ -253,3 +253,47 @@ def test_shared_schemas_agree_with_bundling_each_alone(tmp_path: Path) -> None:
     assert isinstance(schema["a_2"]["maxLength"], float)
     assert schema["a_7"]["default"] is True
     assert schema["a_8"]["default"] == 1 and schema["a_17"]["default"] is not True
+
+
+def test_shared_prompt_files_agree_with_reading_each_alone(tmp_path: Path) -> None:
+    # Agents in two folders name the same template files by different relative paths; a
+    # file that is not UTF-8 is reported for each agent naming it, as a missing one is.
+    root = tmp_path / "project"
+    (root / "shared").mkdir(parents=True)
+    (root / "shared" / "ask.j2").write_text("Q: {{ q }}\n", encoding="utf-8")
+    (root / "shared" / "sys.j2").write_text("Be brief about {{ q }}.\n", encoding="utf-8")
+    (root / "shared" / "bad.j2").write_bytes(b"Q: \xff {{ q }}\n")
+    (root / "openprogram.yaml").write_text("version: 1\nagents: [a/*.yaml, b/c/*.yaml]\n")
+    for folder, up in (("a", "../shared"), ("b/c", "../../shared")):
+        (root / folder).mkdir(parents=True)
+        for i, name in enumerate(["ask.j2", "bad.j2", "missing.j2", "ask.j2", "bad.j2"]):
+            text = AGENT.format(name=f"{folder[0]}_{i}").replace("../shared/ask.j2", f"{up}/{name}")
+            text += f"instructions_file: {up}/sys.j2\n"
+            (root / folder / f"a{i}.yaml").write_text(text, encoding="utf-8")
+    ctx = ProjectContext(root.resolve())
+    files = [*sorted(root.glob("a/*.yaml")), *sorted(root.glob("b/c/*.yaml"))]
+    with pytest.raises(ConfigError) as together:
+        compile_path(root)
+    alone: list[Diagnostic] = []
+    for path in files:
+        try:
+            compile_agent_files([path.resolve()], context=ctx)
+        except ConfigError as exc:
+            alone += exc.diagnostics
+    assert together.value.diagnostics == ConfigError(alone).diagnostics  # in the same order
+    assert len(alone) == 6
+
+    for path in files:
+        if path.stem in ("a1", "a2", "a4"):
+            path.unlink()
+    program = compile_path(root)
+    assert sorted(program.agents) == ["a_0", "a_3", "b_0", "b_3"]
+    for name, agent in program.agents.items():
+        folder = {"a": "a", "b": "b/c"}[name[0]]
+        each = compile_agent_files([root.resolve() / folder / f"a{name[2:]}.yaml"], context=ctx)
+        own, single = agent.methods["ask"], each.agents[name].methods["ask"]
+        assert own.prompt.render({"q": "why"}) == single.prompt.render({"q": "why"}) == "Q: why\n"
+        assert own.prompt.origin == single.prompt.origin
+        assert own.instructions is not None and single.instructions is not None
+        assert own.instructions.origin == single.instructions.origin
+        assert agent.files == each.agents[name].files
