@@ -114,11 +114,15 @@ class CompiledTemplate:
     #: The Jinja template, generated on first render: checking a repository (or loading
     #: one to serve a few methods) never pays for code it does not run.
     _built: list[Template] = field(default_factory=list, repr=False)
-    #: Its source as text and names, when it renders without Jinja (``text_and_names``).
-    _pieces: tuple[str, ...] | None = field(init=False, repr=False)
+    #: Its source as text and names, when it renders without Jinja (``text_and_names``),
+    #: found on first use as ``_built`` is: a check compiles thousands and renders none.
+    _plain: list[tuple[str, ...] | None] = field(default_factory=list, init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_pieces", text_and_names(self.source))
+    @property
+    def _pieces(self) -> tuple[str, ...] | None:
+        if not self._plain:
+            self._plain.append(text_and_names(self.source))
+        return self._plain[0]
 
     def __reduce__(self) -> tuple[type[CompiledTemplate], tuple[object, ...]]:
         # Made again from its data: the generated code stays behind, and is generated (or
