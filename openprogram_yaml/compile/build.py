@@ -238,6 +238,7 @@ def file_reads(
     paths: Iterable[Path | str],
     started_ns: int,
     known: dict[tuple[str, int, int], str] | None = None,
+    texts: Mapping[str, str] | None = None,
 ) -> tuple[tuple[FileRead, ...], bool]:
     """What each file holds now, for a compile that started at ``started_ns``; and whether
     all are settled.
@@ -247,7 +248,9 @@ def file_reads(
     what the compile read (nor can a file that is gone; see ``settled``). ``known`` holds
     the settled reads made so far in this compile: a file many agents read (a shared
     template or schema) is hashed once while its stamp holds, as a later compile's check
-    trusts that stamp.
+    trusts that stamp. ``texts``: what this compile read from some paths (an agent's own
+    file), as UTF-8 text; a settled file has not changed since before the compile began,
+    so it still holds that text, which is hashed instead of reading the file again.
     """
     out = []
     all_settled = True
@@ -265,7 +268,11 @@ def file_reads(
             continue
         digest = known.get(stamp) if known is not None else None
         if digest is None:
-            digest = file_digest(path)
+            text = texts.get(path) if texts is not None else None
+            if text is None:
+                digest = file_digest(path)
+            else:
+                digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
             if known is not None:
                 known[stamp] = digest
         out.append((*stamp, digest))

@@ -305,7 +305,9 @@ def _compile_agents(
                 failed[doc.spec.name] = path
                 continue
             agent = compiled
-            files, settled = file_reads({path, *agent_col.files}, started_ns, checked.digests)
+            files, settled = file_reads(
+                {path, *agent_col.files}, started_ns, checked.digests, {str(path): doc.source.text}
+            )
             lookups = tuple(sorted(agent_col.lookups.items()))
             own = ReadSet(files, lookups, env=_env_reads(doc.env_names, env))
             reads.append(own)

@@ -75,6 +75,22 @@ def test_racy_files_are_not_shared(tmp_path: Path) -> None:
     assert reads == file_reads([path], time.time_ns())[0]
 
 
+def test_a_text_read_stands_for_its_settled_file(tmp_path: Path) -> None:
+    # An agent file's digest comes from the text the compile parsed: the same as hashing
+    # the file while it is settled; a file still within the racy window is hashed.
+    path = tmp_path / "a.yaml"
+    path.write_bytes("\ufeffname: café ✓\r\n".encode())
+    _settle(path)
+    text = path.read_bytes().decode("utf-8")
+    started = time.time_ns()
+    assert file_reads([path], started, texts={str(path): text}) == file_reads([path], started)
+    fresh = tmp_path / "b.yaml"
+    fresh.write_text("new\n", encoding="utf-8")
+    started = time.time_ns()
+    reads, settled = file_reads([fresh], started, texts={str(fresh): "old\n"})
+    assert not settled and reads == file_reads([fresh], started)[0]
+
+
 @pytest.mark.parametrize("kind", ["plain", "linked file", "linked folder", "missing"])
 def test_resolved_folder_is_the_resolved_files_folder(tmp_path: Path, kind: str) -> None:
     real = tmp_path / "real"
