@@ -84,17 +84,17 @@ class SchemaFiles:
 
     Schemas bundled without a problem are shared too, by their text and the folder of the
     file naming them (what a ``$ref`` is relative to): agents repeat the same inline
-    schemas (``{type: string}``, one ``$ref`` to a shared file). Each gets its own copy,
-    with the files and lookups of the first; a schema with a problem is bundled each time,
-    as its messages name the place that wrote it.
+    schemas (``{type: string}``, one ``$ref`` to a shared file). Each gets its own copy
+    (``_copied``), with the files and lookups of the first; a schema with a problem is
+    bundled each time, as its messages name the place that wrote it.
     """
 
     def __init__(self) -> None:
         self.loaded: dict[Path, tuple[Any, SourceMap | None, tuple[Diagnostic, ...]]] = {}
         #: Each file's path in the project made a name (``_Bundler.prefix``).
         self.names: dict[Path, str] = {}
-        #: ``_sharing_key`` -> (bundled as JSON, files, lookups).
-        self.bundled: dict[tuple[str, str], tuple[str, frozenset[Path], dict[str, str]]] = {}
+        #: ``_sharing_key`` -> (bundled, files, lookups).
+        self.bundled: dict[tuple[str, str], tuple[Any, frozenset[Path], dict[str, str]]] = {}
 
 
 class _Bundler:
@@ -324,7 +324,7 @@ def bundle_schema(
     key = _sharing_key(schema, base_file) if shared is not None else None
     known = shared.bundled.get(key) if shared is not None and key is not None else None
     if known is not None:
-        return SchemaBundle(json.loads(known[0]), set(known[1]), [], dict(known[2]))
+        return SchemaBundle(_copied(known[0]), set(known[1]), [], dict(known[2]))
     bundler = _Bundler(root, search, shared, resolutions)
     for path, message in keyword_mistakes(schema):
         pos = source.at((*loc, *path), key=True)
@@ -343,9 +343,7 @@ def bundle_schema(
                 Diagnostic(pos.path, pos.line, pos.col, f"invalid JSON Schema: {message}")
             )
     if key is not None and shared is not None and not out.diagnostics:
-        as_json = _json_text(bundled)
-        if as_json is not None:
-            shared.bundled[key] = (as_json, frozenset(out.files), dict(out.lookups))
+        shared.bundled[key] = (_copied(bundled), frozenset(out.files), dict(out.lookups))
     return out
 
 
@@ -353,18 +351,19 @@ def _sharing_key(schema: Any, base_file: Path) -> tuple[str, str]:
     """What a bundle of ``schema`` named from ``base_file`` depends on within one compile
     (besides the files it reads, each parsed once): the folder its ``$ref``s are relative
     to, and its ``repr``, which tells apart every value YAML and JSON give (``1``, ``1.0``,
-    ``True``, ``'1'``; mapping keys are always strings) and keeps the order of keys. Only
-    bundles JSON can write are kept (``_json_text``), so a key found is one of those."""
+    ``True``, ``'1'``, ``b'1'``; mapping keys are always strings) and keeps the order of
+    keys."""
     return os.path.dirname(base_file), repr(schema)
 
 
-def _json_text(value: Any) -> str | None:
-    """``value`` as JSON, which ``json.loads`` makes an equal copy of; None for a value
-    JSON cannot write (a YAML ``!!binary``)."""
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError, RecursionError):
-        return None
+def _copied(value: Any) -> Any:
+    """``value`` with its lists and mappings made anew; what they hold (strings, numbers,
+    ``None``) is immutable, and shared."""
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copied(item) for item in value]
+    return value
 
 
 _NOWHERE = object()
