@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,8 @@ from reload_helpers import (
     write_agent,
 )
 
-from openprogram_yaml.run.record import RecordLog
-from openprogram_yaml.run.reload import ProgramHolder
+from openprogram_yaml.run.record import RecordLog, RunRecord
+from openprogram_yaml.run.reload import ProgramHolder, ReloadEvent
 from openprogram_yaml.run.service import RunService
 from openprogram_yaml.runtimes.registry import register_runtime, unregister_runtime
 
@@ -35,26 +36,36 @@ def gate() -> Iterator[GateRuntime]:
     unregister_runtime(runtime.runtime_id)
 
 
-def test_edited_prompt_is_used_by_the_next_run(tmp_path: Path) -> None:
-    agent = write_agent(tmp_path, "first {{ x }}")
+def _served_around(
+    agent: Path, change: Callable[[], object]
+) -> tuple[RunRecord, ReloadEvent, RunRecord]:
+    """While the agent is watched: a run of ``say``, ``change()``, the reload it causes, and
+    a run of ``say`` after it."""
 
-    async def scenario() -> list[str]:
+    async def scenario() -> tuple[RunRecord, ReloadEvent, RunRecord]:
         holder = ProgramHolder(agent)
         holder.load()
         events = Events(holder)
         service = RunService(holder.snapshot)
         watcher, stop = await start_watching(holder)
         before = await service.start(None, "say", {"x": "hi"})
-        save(tmp_path / "prompts" / "say.j2", "second {{ x }}")
+        change()
         loaded = await events.next("loaded")
         after = await service.start(None, "say", {"x": "hi"})
         stop.set()
         await watcher
-        assert loaded.changed == (tmp_path.resolve() / "prompts" / "say.j2",)
-        assert after.version.hash == loaded.version != before.version.hash
-        return [before.output, after.output]
+        return before, loaded, after
 
-    assert asyncio.run(scenario()) == ["test reply to: first hi", "test reply to: second hi"]
+    return asyncio.run(scenario())
+
+
+def test_edited_prompt_is_used_by_the_next_run(tmp_path: Path) -> None:
+    agent = write_agent(tmp_path, "first {{ x }}")
+    prompt = tmp_path / "prompts" / "say.j2"
+    before, loaded, after = _served_around(agent, lambda: save(prompt, "second {{ x }}"))
+    assert loaded.changed == (tmp_path.resolve() / "prompts" / "say.j2",)
+    assert after.version.hash == loaded.version != before.version.hash
+    assert [before.output, after.output] == ["test reply to: first hi", "test reply to: second hi"]
 
 
 def _relink(link: Path, target: str) -> None:
@@ -64,20 +75,34 @@ def _relink(link: Path, target: str) -> None:
     fresh.replace(link)
 
 
+def _relinked_outputs(agent: Path, link: Path, target: str) -> list[str]:
+    """What ``say`` answers before ``_relink(link, target)`` and after its reload."""
+    before, _, after = _served_around(agent, lambda: _relink(link, target))
+    return [before.output, after.output]
+
+
+def _releases(root: Path) -> Path:
+    """``root/releases/v1`` and ``v2``, each a ``say.j2`` of its own and an empty
+    ``prompts`` folder; ``root/prompts`` removed (a test puts a link there)."""
+    shutil.rmtree(root / "prompts")
+    releases = root / "releases"
+    for version in ("v1", "v2"):
+        (releases / version / "prompts").mkdir(parents=True)
+        (releases / version / "say.j2").write_text(f"{version} {{{{ x }}}}", encoding="utf-8")
+    return releases
+
+
+V1_THEN_V2 = ["test reply to: v1 hi", "test reply to: v2 hi"]
+
+
 @pytest.mark.parametrize("linked", ["file", "folder"])
 def test_a_retargeted_link_to_the_prompt_reloads(tmp_path: Path, linked: str) -> None:
     # A deploy points a link at the next prompt (current.j2 -> v2.j2, or a folder link
     # prompts -> releases/v2). The link lies in a folder no file read lies in: it was not
     # watched, and the server kept the old prompt until something else changed.
     agent = write_agent(tmp_path / "agent", "unused")
-    releases = tmp_path / "agent" / "releases"
-    for version in ("v1", "v2"):
-        (releases / version).mkdir(parents=True)
-        (releases / version / "say.j2").write_text(f"{version} {{{{ x }}}}", encoding="utf-8")
+    releases = _releases(tmp_path / "agent")
     prompts = tmp_path / "agent" / "prompts"
-    for old in prompts.iterdir():
-        old.unlink()
-    prompts.rmdir()
     if linked == "file":
         prompts.mkdir()
         link = prompts / "say.j2"
@@ -87,22 +112,7 @@ def test_a_retargeted_link_to_the_prompt_reloads(tmp_path: Path, linked: str) ->
         link = prompts
         link.symlink_to(releases / "v1")
         target = str(releases / "v2")
-
-    async def scenario() -> list[str]:
-        holder = ProgramHolder(agent)
-        holder.load()
-        events = Events(holder)
-        service = RunService(holder.snapshot)
-        watcher, stop = await start_watching(holder)
-        before = await service.start(None, "say", {"x": "hi"})
-        _relink(link, target)
-        await events.next("loaded")
-        after = await service.start(None, "say", {"x": "hi"})
-        stop.set()
-        await watcher
-        return [before.output, after.output]
-
-    assert asyncio.run(scenario()) == ["test reply to: v1 hi", "test reply to: v2 hi"]
+    assert _relinked_outputs(agent, link, target) == V1_THEN_V2
 
 
 def test_a_retargeted_link_a_path_goes_up_from_reloads(tmp_path: Path) -> None:
@@ -111,61 +121,22 @@ def test_a_retargeted_link_a_path_goes_up_from_reloads(tmp_path: Path) -> None:
     # changes the prompt (the link was not seen: the path was shortened to say.j2 first).
     agent = write_agent(tmp_path, "unused")
     agent.write_text(agent_yaml().replace("prompts/say.j2", "current/../say.j2"), "utf-8")
-    for version in ("v1", "v2"):
-        (tmp_path / "releases" / version / "prompts").mkdir(parents=True)
-        say = tmp_path / "releases" / version / "say.j2"
-        say.write_text(f"{version} {{{{ x }}}}", encoding="utf-8")
+    releases = _releases(tmp_path)
     link = tmp_path / "current"
-    link.symlink_to(tmp_path / "releases" / "v1" / "prompts")
-
-    async def scenario() -> list[str]:
-        holder = ProgramHolder(agent)
-        holder.load()
-        events = Events(holder)
-        service = RunService(holder.snapshot)
-        watcher, stop = await start_watching(holder)
-        before = await service.start(None, "say", {"x": "hi"})
-        _relink(link, str(tmp_path / "releases" / "v2" / "prompts"))
-        await events.next("loaded")
-        after = await service.start(None, "say", {"x": "hi"})
-        stop.set()
-        await watcher
-        return [before.output, after.output]
-
-    assert asyncio.run(scenario()) == ["test reply to: v1 hi", "test reply to: v2 hi"]
+    link.symlink_to(releases / "v1" / "prompts")
+    assert _relinked_outputs(agent, link, str(releases / "v2" / "prompts")) == V1_THEN_V2
 
 
 def test_a_retargeted_link_a_link_leads_to_reloads(tmp_path: Path) -> None:
-    # prompts -> live -> releases/v1: a deploy flips live, the link the lookup reaches
-    # through the first one (only the first was seen).
-    agent = write_agent(tmp_path / "agent", "unused")
-    releases = tmp_path / "agent" / "releases"
-    for version in ("v1", "v2"):
-        (releases / version).mkdir(parents=True)
-        (releases / version / "say.j2").write_text(f"{version} {{{{ x }}}}", encoding="utf-8")
-    prompts = tmp_path / "agent" / "prompts"
-    (prompts / "say.j2").unlink()
-    prompts.rmdir()
-    (tmp_path / "agent" / "deploy").mkdir()
-    prompts.symlink_to("deploy/live")
-    live = tmp_path / "agent" / "deploy" / "live"
+    # prompts -> deploy/live -> releases/v1: a deploy flips live, the link the lookup
+    # reaches through the first one (only the first was seen).
+    agent = write_agent(tmp_path, "unused")
+    _releases(tmp_path)
+    (tmp_path / "deploy").mkdir()
+    (tmp_path / "prompts").symlink_to("deploy/live")
+    live = tmp_path / "deploy" / "live"
     live.symlink_to("../releases/v1")
-
-    async def scenario() -> list[str]:
-        holder = ProgramHolder(agent)
-        holder.load()
-        events = Events(holder)
-        service = RunService(holder.snapshot)
-        watcher, stop = await start_watching(holder)
-        before = await service.start(None, "say", {"x": "hi"})
-        _relink(live, "../releases/v2")
-        await events.next("loaded")
-        after = await service.start(None, "say", {"x": "hi"})
-        stop.set()
-        await watcher
-        return [before.output, after.output]
-
-    assert asyncio.run(scenario()) == ["test reply to: v1 hi", "test reply to: v2 hi"]
+    assert _relinked_outputs(agent, live, "../releases/v2") == V1_THEN_V2
 
 
 def test_invalid_edit_keeps_the_last_good_version_until_fixed(tmp_path: Path) -> None:
