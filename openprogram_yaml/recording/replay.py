@@ -11,7 +11,6 @@ answers them from the recording instead of running the tools again.
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import threading
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ErrorReason
-from ..json_types import JSONObject
+from ..json_types import JSONObject, parse_json
 from ..redaction import env_secrets, secrets_in_options
 from ..runtime.context import current_method, current_test
 from ..runtime.toolgate import RECORDED_TOOL_RESULTS
@@ -177,7 +176,7 @@ class ReplayRuntime:
             message = self._missing(store, label, key, request)
             return TurnFailure(ErrorReason.INVALID_REQUEST.value, message, False)
         try:
-            vectors = json.loads(recording.result(model_ref).content)
+            vectors: Any = parse_json(recording.result(model_ref).content)
             return [[float(x) for x in vector] for vector in vectors]
         except (TypeError, ValueError) as exc:
             message = f"replay: the embeddings recorded in {recording.path} do not read: {exc}"

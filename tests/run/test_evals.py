@@ -196,6 +196,30 @@ def test_similar_compares_embeddings_recorded_then_replayed(
     assert failure in err and failure in recorded_out
 
 
+def test_recorded_embeddings_that_do_not_read_are_said_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A recording is a file of the repository: one nested past the JSON decoder's limit
+    # was a RecursionError out of the replay.
+    recordings = tmp_path / "recordings"
+    with LoopbackServer() as server:
+        for _ in range(2):
+            server.add(json_reply(chat_completion("We sent it back.")))
+            server.add(embeddings([1.0, 0.0], [0.6, 0.8]))
+        root = project(tmp_path / "p", server.url + "/v1", SIMILAR)
+        assert main(["test", str(root), "--record", str(recordings)]) == 1
+    (recorded,) = (recordings / "embeddings").glob("*.yaml")
+    deep = "[" * 100_000 + "]" * 100_000
+    text = recorded.read_text(encoding="utf-8")
+    recorded.write_text(text.replace("'[[1.0, 0.0], [0.6, 0.8]]'", f"'{deep}'"), encoding="utf-8")
+    capsys.readouterr()
+    project(tmp_path / "p", GONE, SIMILAR)
+    assert main(["test", str(root), "--replay", str(recordings)]) == 1
+    report = capsys.readouterr().out
+    assert report.count("could not grade (similar, local:emb): replay: the embeddings") == 2
+    assert "do not read: nested deeper than the JSON decoder reads" in report
+
+
 def test_a_provider_without_embeddings_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
