@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..json_types import JSONObject, JSONValue
+from ..json_types import JSONObject, JSONValue, parse_json
 from ..redaction import redact
 from ..run.record import RunRecord
 from ..runtime.trace import SessionTrace
@@ -150,8 +150,8 @@ class RunHistory:
         found: list[JSONObject] = []
         for line in lines[-MAX_FILE_RECORDS:]:
             try:
-                value = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
+                value = parse_json(line)
+            except json.JSONDecodeError:
                 continue
             if isinstance(value, dict) and isinstance(value.get("id"), str):
                 found.append(value)

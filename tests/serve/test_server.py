@@ -500,6 +500,25 @@ def test_runs_reads_only_the_end_of_a_long_records_file(tmp_path: Path) -> None:
     assert runs[0]["id"] == "run049999" and runs[-1]["id"] == "run049000"
 
 
+def test_runs_skips_lines_of_the_records_file_the_decoder_cannot_read(tmp_path: Path) -> None:
+    # A line with a 5,000-digit number made GET /runs fail (a ValueError from int()).
+    records = tmp_path / "runs.jsonl"
+    good = {"id": "run1", "agent": "echo", "method": "say", "status": "ok"}
+    records.write_text(
+        json.dumps(good)
+        + "\n"
+        + '{"id": "run2", "n": '
+        + "7" * 5_000
+        + "}\n"
+        + '{"id": "run3", "n": '
+        + "[" * 100_000
+        + "]" * 100_000
+        + "}\n",
+        encoding="utf-8",
+    )
+    assert [run["id"] for run in RunHistory(records=records).summaries()] == ["run1"]
+
+
 def test_a_secret_a_reload_brings_is_redacted_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
