@@ -7,6 +7,7 @@ Problems are collected, not raised, so that one run reports every problem of eve
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
@@ -106,8 +107,13 @@ def _template(
         if target is None:
             col.at(source, file_loc, str(problem))
             return None
+        # Read once in a compile while its stamp holds (taken before reading, as the
+        # template engine does): a file replaced meanwhile by one with an older stamp
+        # (rsync -a, cp -p, tar) is read again, or this agent's read-set, taken from the
+        # file as it is now, would vouch for a text it was not built from.
+        stamp = _stamp(target)
         known = col.prompt_files.get(target)
-        if known is None:
+        if known is None or stamp is None or known[2] != stamp:
             shown = str(display_path(target))
             try:
                 text = read_text(target, shown)
@@ -118,10 +124,10 @@ def _template(
                 else:
                     col.at(source, file_loc, f"'{file_ref}': {exc.reason} ({target})")
                 return None
-            # Read once in a compile, as the schema files are: agents share templates.
-            col.prompt_files[target] = (shown, text)
+            if stamp is not None:
+                col.prompt_files[target] = (shown, text, stamp)
         else:
-            shown, text = known
+            shown, text, _ = known
         col.files.add(target)
         origin = TextOrigin(shown, 1, 1, "file")
         real_path = target
@@ -131,6 +137,14 @@ def _template(
         text = inline
         real_path = path
     return col.template(engine, text, origin, declared, name, declared_by, real_path)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def _response_format(

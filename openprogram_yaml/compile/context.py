@@ -40,8 +40,9 @@ class Collector:
         #: Paths resolved in this compile (the compile of many agents shares one).
         self.resolutions = Resolutions()
         #: Template files named by ``prompt_file`` or ``instructions_file`` and read in this
-        #: compile, by path: (the path as messages show it, its text). Shared as the above.
-        self.prompt_files: dict[Path, tuple[str, str]] = {}
+        #: compile, by path: (the path as messages show it, its text, its stamp as read:
+        #: mtime and size). Shared as the above.
+        self.prompt_files: dict[Path, tuple[str, str, tuple[int, int]]] = {}
 
     def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
         pos = source.at(loc, key=key)

@@ -265,7 +265,7 @@ def _compile_agents(
     checked = Checked()
     schema_files = SchemaFiles()
     resolutions = Resolutions()
-    prompt_files: dict[Path, tuple[str, str]] = {}
+    prompt_files: dict[Path, tuple[str, str, tuple[int, int]]] = {}
     agents: dict[str, Agent] = {}
     # Only the documents of agents with tests are kept to the end: a document with its
     # source map weighs more than the agent compiled from it.

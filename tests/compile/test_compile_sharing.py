@@ -313,3 +313,42 @@ def test_shared_prompt_files_agree_with_reading_each_alone(tmp_path: Path) -> No
         assert own.instructions is not None and single.instructions is not None
         assert own.instructions.origin == single.instructions.origin
         assert agent.files == each.agents[name].files
+
+
+def test_a_prompt_file_replaced_during_a_compile_is_read_again(tmp_path: Path) -> None:
+    # Replaced between two agents of one compile by a file with an older stamp (as rsync -a,
+    # cp -p or tar leave it): the stamp is settled, so the later agent's read-set vouches
+    # for the file as it is now, and the agent must have been built from that text, not
+    # from what the first agent read.
+    from openprogram_yaml.compile.agent import compile_agent
+    from openprogram_yaml.compile.build import Build
+    from openprogram_yaml.compile.context import Collector
+    from openprogram_yaml.spec.loader import load_agent_file
+
+    root = tmp_path / "project"
+    (root / "shared").mkdir(parents=True)
+    (root / "a").mkdir()
+    prompt = root / "shared" / "ask.j2"
+    prompt.write_text("Q: {{ q }}\n", encoding="utf-8")
+    _settle(prompt)
+    for i in range(2):
+        (root / "a" / f"a{i}.yaml").write_text(AGENT.format(name=f"a_{i}"), encoding="utf-8")
+    ctx, build = ProjectContext(root.resolve()), Build()
+    build.begin()
+    shared: dict[Path, Any] = {}
+
+    def compile_one(i: int) -> Any:
+        col = Collector()
+        col.prompt_files = shared
+        doc = load_agent_file((root / "a" / f"a{i}.yaml").resolve())
+        agent = compile_agent(doc, ctx, col, build)
+        assert agent is not None, col.diagnostics
+        return agent
+
+    first = compile_one(0)
+    prompt.write_text("Changed: {{ q }}\n", encoding="utf-8")
+    older = prompt.stat().st_mtime_ns - 20 * RACY_NS
+    os.utime(prompt, ns=(older, older))
+    second = compile_one(1)
+    assert first.methods["ask"].prompt.render({"q": "x"}) == "Q: x\n"
+    assert second.methods["ask"].prompt.render({"q": "x"}) == "Changed: x\n"
