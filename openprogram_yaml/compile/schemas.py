@@ -87,14 +87,24 @@ class SchemaFiles:
     schemas (``{type: string}``, one ``$ref`` to a shared file). Each gets its own copy
     (``_copied``), with the files and lookups of the first; a schema with a problem is
     bundled each time, as its messages name the place that wrote it.
+
+    A file, and a bundle built from files, is used again only while each file's stamp
+    (mtime and size, taken before it was read) holds: a file replaced during the compile by
+    one with an older stamp (rsync -a, cp -p, tar) is read again, as an agent's read-set,
+    taken from the file as it is after the agent compiled, vouches for what it holds then.
     """
 
     def __init__(self) -> None:
-        self.loaded: dict[Path, tuple[Any, SourceMap | None, tuple[Diagnostic, ...]]] = {}
+        #: Path -> (data, source map, the file's own problems, stamp as read).
+        self.loaded: dict[
+            Path, tuple[Any, SourceMap | None, tuple[Diagnostic, ...], tuple[int, int]]
+        ] = {}
         #: Each file's path in the project made a name (``_Bundler.prefix``).
         self.names: dict[Path, str] = {}
-        #: ``_sharing_key`` -> (bundled, files, lookups).
-        self.bundled: dict[tuple[str, str], tuple[Any, frozenset[Path], dict[str, str]]] = {}
+        #: ``_sharing_key`` -> (bundled, files with their stamps as read, lookups).
+        self.bundled: dict[
+            tuple[str, str], tuple[Any, tuple[tuple[Path, tuple[int, int]], ...], dict[str, str]]
+        ] = {}
 
 
 class _Bundler:
@@ -113,6 +123,8 @@ class _Bundler:
         self.hoisted: dict[str, Any] = {}
         self._cache: dict[Path, Any] = {}
         self._prefixes: dict[Path, str] = {}
+        #: The stamp of each file read, as it was before reading (``SchemaFiles``).
+        self.stamps: dict[Path, tuple[int, int]] = {}
 
     def error(self, pos: Position, message: str) -> None:
         self.out.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
@@ -120,8 +132,10 @@ class _Bundler:
     def load(self, path: Path, pos: Position) -> tuple[Any, SourceMap | None]:
         if path in self._cache:
             return self._cache[path], None
+        stamp = _stamp(path)
         shared = self.shared.loaded.get(path)
-        if shared is not None:
+        if shared is not None and stamp is not None and shared[3] == stamp:
+            self.stamps[path] = stamp
             self.out.files.add(path)
             self.out.diagnostics.extend(shared[2])
             self._cache[path] = shared[0]
@@ -165,8 +179,10 @@ class _Bundler:
         for sub, message in keyword_mistakes(data):
             self.error(source.at(sub, key=True) if source else Position(str(path), 1, 1), message)
         self._cache[path] = data
-        # Only a file that parsed is shared: the other messages name the referring place.
-        self.shared.loaded[path] = (data, source, tuple(self.out.diagnostics[before:]))
+        if stamp is not None:
+            self.stamps[path] = stamp
+            # Only a file that parsed is shared: the other messages name the referring place.
+            self.shared.loaded[path] = (data, source, tuple(self.out.diagnostics[before:]), stamp)
         return data, source
 
     def prefix(self, path: Path) -> str:
@@ -323,8 +339,9 @@ def bundle_schema(
     """
     key = _sharing_key(schema, base_file) if shared is not None else None
     known = shared.bundled.get(key) if shared is not None and key is not None else None
-    if known is not None:
-        return SchemaBundle(_copied(known[0]), set(known[1]), [], dict(known[2]))
+    if known is not None and all(_stamp(path) == stamp for path, stamp in known[1]):
+        files = {path for path, _ in known[1]}
+        return SchemaBundle(_copied(known[0]), files, [], dict(known[2]))
     bundler = _Bundler(root, search, shared, resolutions)
     for path, message in keyword_mistakes(schema):
         pos = source.at((*loc, *path), key=True)
@@ -342,8 +359,14 @@ def bundle_schema(
             out.diagnostics.append(
                 Diagnostic(pos.path, pos.line, pos.col, f"invalid JSON Schema: {message}")
             )
-    if key is not None and shared is not None and not out.diagnostics:
-        shared.bundled[key] = (_copied(bundled), frozenset(out.files), dict(out.lookups))
+    if (
+        key is not None
+        and shared is not None
+        and not out.diagnostics
+        and out.files <= bundler.stamps.keys()
+    ):
+        stamps = tuple((path, bundler.stamps[path]) for path in out.files)
+        shared.bundled[key] = (_copied(bundled), stamps, dict(out.lookups))
     return out
 
 
@@ -354,6 +377,14 @@ def _sharing_key(schema: Any, base_file: Path) -> tuple[str, str]:
     ``True``, ``'1'``, ``b'1'``; mapping keys are always strings) and keeps the order of
     keys."""
     return os.path.dirname(base_file), repr(schema)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def _copied(value: Any) -> Any:

@@ -352,3 +352,43 @@ def test_a_prompt_file_replaced_during_a_compile_is_read_again(tmp_path: Path) -
     second = compile_one(1)
     assert first.methods["ask"].prompt.render({"q": "x"}) == "Q: x\n"
     assert second.methods["ask"].prompt.render({"q": "x"}) == "Changed: x\n"
+
+
+def test_a_schema_file_replaced_during_a_compile_is_read_again(tmp_path: Path) -> None:
+    # As a prompt file above: a schema file (and so every bundle built from it) shared by
+    # the agents of a compile is used again only while its stamp holds.
+    from openprogram_yaml.compile.agent import compile_agent
+    from openprogram_yaml.compile.build import Build
+    from openprogram_yaml.compile.context import Collector
+    from openprogram_yaml.compile.schemas import SchemaFiles
+    from openprogram_yaml.spec.loader import load_agent_file
+
+    root = tmp_path / "project"
+    (root / "schemas").mkdir(parents=True)
+    (root / "a").mkdir()
+    label = root / "schemas" / "label.json"
+    label.write_text('{"type": "string"}', encoding="utf-8")
+    (root / "schemas" / "q.json").write_text('{"type": "string"}', encoding="utf-8")
+    _settle(label, root / "schemas" / "q.json")
+    for i in range(2):
+        text = SCHEMA_AGENT.format(name=f"a_{i}", schema="{$ref: ../schemas/q.json}")
+        (root / "a" / f"a{i}.yaml").write_text(text, encoding="utf-8")
+    ctx, build = ProjectContext(root.resolve()), Build()
+    build.begin()
+    schema_files, resolutions = SchemaFiles(), Resolutions()
+
+    def compile_one(i: int) -> Any:
+        col = Collector()
+        col.schema_files, col.resolutions = schema_files, resolutions
+        doc = load_agent_file((root / "a" / f"a{i}.yaml").resolve())
+        agent = compile_agent(doc, ctx, col, build)
+        assert agent is not None, col.diagnostics
+        return agent
+
+    first = compile_one(0)
+    label.write_text('{"type": "integer"}', encoding="utf-8")
+    older = label.stat().st_mtime_ns - 20 * RACY_NS
+    os.utime(label, ns=(older, older))
+    second = compile_one(1)
+    assert first.methods["ask"].response_format["schema"] == {"type": "string"}
+    assert second.methods["ask"].response_format["schema"] == {"type": "integer"}
