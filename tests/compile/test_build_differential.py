@@ -6,7 +6,10 @@ parent folders, environment variables set and unset); after each, the same path 
 four ways: with a fresh build, with one build kept across every step (as the reload keeps
 it), with one kept and told which paths each step wrote (as the reload's watcher tells it),
 and through the compile cache on disk. All give the same problems, or programs with the
-same fingerprint.
+same fingerprint. The whole project is compiled too, so what one compile shares between
+its agents (a prompt file, the same inline schemas and ``$ref``s bundled once, an agent
+file's digest taken from the text parsed, with a byte order mark and CRLF or not) meets the
+same edits.
 """
 
 from __future__ import annotations
@@ -33,18 +36,25 @@ PROMPTS = [
     "Hi {{ who }}, {{ greeting }}",
     '{% include "part.j2" %} {{ who }}',
     "Bye {{ whom }}",  # reads what no method declares
+    "FILE",  # prompt_file: ../shared/ask.j2, which many agents name
 ]
+ASKS = ["Ask {{ who }}", "Ask {{ whom }}", "Ask {{ greeting }}!"]
+WHO = ['{"type": "string"}', '{"type": "strin"}', '{"type": "string", "maxLength": 3}']
 PARTS = ["part says {{ who }}", "part says {{ greeting }}", "part reads {{ nobody }}"]
 
 
-def agent_yaml(name: str, prompt: str, schema: bool) -> str:
+def agent_yaml(name: str, prompt: str, schema: bool, crlf: bool = False) -> str:
     response = "    response_schema: {$ref: ../schemas/label.json}\n" if schema else ""
-    return (
+    who = "{$ref: ../schemas/who.json}" if schema else "{type: string}"
+    said = "prompt_file: ../shared/ask.j2" if prompt == "FILE" else f"prompt: '{prompt}'"
+    text = (
         f"version: 1\nname: {name}\nmodel: test\n"
         "vars:\n  greeting: ${env:GREETING:-Hello}\n"
-        "methods:\n  greet:\n    inputs:\n      who: {type: string}\n"
-        f"    prompt: '{prompt}'\n{response}"
+        f"methods:\n  greet:\n    inputs:\n      who: {who}\n"
+        f"    {said}\n{response}"
     )
+    # The digest of an agent file is taken from the text parsed: it must be the file's.
+    return "\ufeff" + text.replace("\n", "\r\n") if crlf else text
 
 
 class Repo:
@@ -57,10 +67,12 @@ class Repo:
         self.clock = time.time() - 3600.0
         #: Paths written or removed since the last ``take_touched`` (what a watcher sees).
         self.touched: set[Path] = set()
-        for folder in ("agents", "t1", "t2", "schemas"):
+        for folder in ("agents", "t1", "t2", "schemas", "shared"):
             (self.root / folder).mkdir(parents=True)
         self.write(self.root / "t2" / "part.j2", PARTS[0])
         self.write(self.root / "schemas" / "label.json", '{"type": "object"}')
+        self.write(self.root / "schemas" / "who.json", WHO[0])
+        self.write(self.root / "shared" / "ask.j2", ASKS[0])
         for i in range(3):
             self.write(self.agent(i), agent_yaml(f"agent_{i}", PROMPTS[i % 3], i == 1))
 
@@ -73,7 +85,7 @@ class Repo:
 
     def write(self, path: Path, text: str) -> None:
         self.touched.add(path)
-        path.write_text(text)
+        path.write_bytes(text.encode())
         self.clock += 1.0  # a later stamp than any before: the edit is seen by its stamp
         os.utime(path, (self.clock, self.clock))
 
@@ -86,12 +98,13 @@ class Repo:
         """One random edit; what it was."""
         rng = self.rng
         kind = rng.choice(
-            ["agent", "agent", "add", "remove", "part", "shadow", "schema", "project", "env"]
+            ["agent", "agent", "add", "remove", "part", "shadow", "schema", "ask", "project", "env"]
         )
         i = rng.randrange(5)
         if kind == "agent" or kind == "add":
             prompt = rng.choice(PROMPTS)
-            self.write(self.agent(i), agent_yaml(f"agent_{i}", prompt, rng.random() < 0.5))
+            text = agent_yaml(f"agent_{i}", prompt, rng.random() < 0.5, rng.random() < 0.3)
+            self.write(self.agent(i), text)
         elif kind == "remove" and i != 0:  # agent_0 is the path compiled
             self.remove(self.agent(i))
         elif kind == "part":
@@ -102,8 +115,15 @@ class Repo:
             else:
                 self.remove(self.root / "t1" / "part.j2")
         elif kind == "schema":
-            schema = rng.choice(['{"type": "object"}', '{"type": "strin"}', '{"type": "array"}'])
-            self.write(self.root / "schemas" / "label.json", schema)
+            if rng.random() < 0.5:
+                schema = rng.choice(
+                    ['{"type": "object"}', '{"type": "strin"}', '{"type": "array"}']
+                )
+                self.write(self.root / "schemas" / "label.json", schema)
+            else:
+                self.write(self.root / "schemas" / "who.json", rng.choice(WHO))
+        elif kind == "ask":
+            self.write(self.root / "shared" / "ask.j2", rng.choice(ASKS))
         elif kind == "project":
             where = rng.choice([self.root, self.root.parent, self.top])
             choice = rng.random()
@@ -131,21 +151,30 @@ def outcome(compile: Callable[[Path], Program], path: Path) -> object:
         program.version,
         sorted(program.files),
         {
-            name: {m: (method.prompt_version, sorted(method.prompt.variables))}
+            name: {
+                m: (
+                    method.prompt_version,
+                    sorted(method.prompt.variables),
+                    method.prompt.source,
+                    repr(method.input_schema),
+                    repr(method.response_format),
+                )
+                for m, method in agent.methods.items()
+            }
             for name, agent in program.agents.items()
-            for m, method in agent.methods.items()
         },
     )
 
 
+@pytest.mark.parametrize("whole", [False, True], ids=["one agent", "the project"])
 def test_a_kept_build_and_the_compile_cache_agree_with_a_fresh_compile(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool
 ) -> None:
     seen: set[str] = set()
     for seed in range(6):
         monkeypatch.delenv("GREETING", raising=False)
         repo = Repo(tmp_path / f"repo{seed}", random.Random(seed))
-        target = repo.agent(0)
+        target = repo.root if whole else repo.agent(0)
         kept = Build()
         told = Build()
         for step in range(50):
