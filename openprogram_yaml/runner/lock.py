@@ -45,11 +45,11 @@ def check_lock(program: Program, path: Path | None = None) -> list[str]:
     """Differences between the program and its lock file, one line each (empty: in sync)."""
     target = path or program.root / LOCK_FILE
     try:
-        locked: Any = parse_json(target.read_text(encoding="utf-8"))  # (a list: AttributeError)
+        locked: Any = parse_json(target.read_text(encoding="utf-8"))
         old: dict[str, str] = dict(locked.get("prompts", {}))
     except FileNotFoundError:
         return [f"{target} does not exist; write it with `openprogram-run lock`"]
-    except (OSError, ValueError, AttributeError) as exc:
+    except (OSError, ValueError, AttributeError, TypeError) as exc:  # not {"prompts": {…}}
         return [f"{target} cannot be read ({exc}); write it again with `openprogram-run lock`"]
     new = lock_data(program)["prompts"]
     problems = []

@@ -128,9 +128,18 @@ def test_trace_names_the_version_of_each_prompt(tmp_path: Path, capsys) -> None:
     ]
 
 
-def test_a_lock_nested_past_the_decoder_is_reported_not_a_traceback(repo: Path, capsys) -> None:
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than the JSON decoder reads"),
+        ('{"version": 1, "prompts": 3}', "'int' object is not iterable"),
+    ],
+)
+def test_a_lock_that_does_not_read_is_reported_not_a_traceback(
+    repo: Path, capsys, text: str, said: str
+) -> None:
     lock = repo / "openprogram.lock"
-    lock.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    lock.write_text(text, encoding="utf-8")
     assert main(["lock", "--check", str(repo)]) == 1
     err = capsys.readouterr().err
-    assert f"{lock} cannot be read (nested deeper than the JSON decoder reads" in err
+    assert f"{lock} cannot be read ({said}" in err
