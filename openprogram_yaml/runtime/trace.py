@@ -56,9 +56,12 @@ def jsonable(value: object) -> JSONValue:
     return repr(value)
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(slots=True)
 class TraceNode:
-    """One recorded step. ``data`` holds kind-specific fields (messages, usage, attempts, …)."""
+    """One recorded step. ``data`` holds kind-specific fields (messages, usage, attempts, …).
+
+    Public data: two nodes are equal when they record the same step (``clock_start``, the
+    clock's reading for timing, aside), so a node read back from its JSON equals it."""
 
     id: str
     kind: str

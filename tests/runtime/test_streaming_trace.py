@@ -149,6 +149,7 @@ def test_jsonl_round_trip(make: Any, tmp_path: Path) -> None:
     assert len(lines) == 2 and all(json.loads(line) for line in lines)
     back = SessionTrace.read_jsonl(path)
     assert [n.to_dict() for n in back.nodes] == [n.to_dict() for n in trace.nodes]
+    assert back.nodes[0] == trace.nodes[0]  # public data: equal by value, as it always was
     assert back.nodes[1].data["pick"]["decision"] == "a"
     assert back.children(back.nodes[0]) == [back.nodes[1]]
     buffer = io.StringIO()
