@@ -168,6 +168,13 @@ class _Bundler:
             message = f"the schema nests too deeply (more than {MAX_DEPTH} levels)"
             self.error(Position(str(path), *_json_depth_position(text)), message)
             return None, None
+        except ValueError as exc:
+            if path.suffix == ".json":  # int()'s limit on digits (sys.get_int_max_str_digits)
+                message = "invalid JSON: a number has more digits than the JSON decoder reads"
+                self.error(Position(str(path), 1, 1), message)
+            else:
+                self.error(pos, f"cannot parse schema file {path.name}: {exc}")
+            return None, None
         except Exception as exc:  # ConfigError from YAML: report its first diagnostic here
             diags = getattr(exc, "diagnostics", None)
             if diags:

@@ -9,6 +9,7 @@ are booleans (``yes``, ``no``, ``on``, ``NO`` stay strings), and dates stay stri
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +204,11 @@ class _Converter:
             except self.yaml_error as exc:
                 pos = _pos(self.source.path, mark)
                 self.error(pos, f"invalid value: {getattr(exc, 'problem', exc)}")
+                return None
+            except ValueError:  # int()'s limit on digits (sys.get_int_max_str_digits)
+                pos = _pos(self.source.path, mark)
+                digits = sys.get_int_max_str_digits()
+                self.error(pos, f"invalid value: a number of more than {digits:,} digits")
                 return None
         key = id(node)
         if key in self.active:

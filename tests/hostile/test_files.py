@@ -112,6 +112,31 @@ def test_deeply_nested_json_schema_file_is_a_positioned_error(
     assert "nests too deeply" in _positioned(err, schema, 1)[0]
 
 
+# --- numbers past the digits Python converts --------------------------------------------------
+
+
+def test_a_number_of_too_many_digits_in_yaml_is_a_positioned_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # int() refuses 4,300+ digits: in an agent file it was a ValueError's traceback.
+    path = _agent(tmp_path, "prompt: hi\ntemperature: " + "7" * 5_000 + "\n")
+    err = _refused(capsys, ["check", str(path)])
+    assert "a number of more than 4,300 digits" in _positioned(err, path, 7)[0]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_a_number_of_too_many_digits_in_a_schema_file_is_said_plainly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str
+) -> None:
+    # It was Python's own message, naming sys.set_int_max_str_digits().
+    schema = tmp_path.resolve() / f"big{suffix}"
+    schema.write_text('{"type": "object", "maxProperties": ' + "7" * 5_000 + "}")
+    path = _agent(tmp_path, f"prompt: hi\nresponse_schema: {{$ref: big{suffix}}}\n")
+    err = _refused(capsys, ["check", str(path)])
+    assert "digits" in _positioned(err, schema, 1)[0]
+    assert "set_int_max_str_digits" not in err
+
+
 # --- undecodable bytes ------------------------------------------------------------------------
 
 _GOOD = "version: 1\nname: a\nmodel: test\nmethods:\n  m:\n    prompt: hi\n"
