@@ -12,7 +12,14 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["MAX_MEDIA_BYTES", "FileRefused", "FileTooLarge", "NotRegularFile", "read_regular_file"]
+__all__ = [
+    "MAX_MEDIA_BYTES",
+    "FileRefused",
+    "FileTooLarge",
+    "NotRegularFile",
+    "file_stamp",
+    "read_regular_file",
+]
 
 #: The largest media file (an image, a PDF, audio) a run reads or carries: 20 MiB of raw
 #: bytes. The providers take no more in one request, and every byte of it is held as base64
@@ -105,3 +112,14 @@ def _mode_and_size(descriptor: int) -> tuple[int, int]:
     except OSError as exc:
         raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
     return info.st_mode, info.st_size
+
+
+def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """A file's modification time (ns) and size, links followed; None when it cannot be
+    looked at. What tells a file read before from one changed since (by a save, or
+    replaced by another, even one with an older time: the size is compared too)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size

@@ -7,7 +7,6 @@ Problems are collected, not raised, so that one run reports every problem of eve
 from __future__ import annotations
 
 import functools
-import os
 import re
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .._file_reads import file_stamp
 from ..errors import Diagnostic
 from ..runtime.validation import SchemaValidator
 from ..runtimes.rules import RuntimeRule
@@ -111,7 +111,7 @@ def _template(
         # template engine does): a file replaced meanwhile by one with an older stamp
         # (rsync -a, cp -p, tar) is read again, or this agent's read-set, taken from the
         # file as it is now, would vouch for a text it was not built from.
-        stamp = _stamp(target)
+        stamp = file_stamp(target)
         known = col.prompt_files.get(target)
         if known is None or stamp is None or known[2] != stamp:
             shown = str(display_path(target))
@@ -137,14 +137,6 @@ def _template(
         text = inline
         real_path = path
     return col.template(engine, text, origin, declared, name, declared_by, real_path)
-
-
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
 
 
 def _response_format(

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._file_reads import file_stamp
 from ..errors import Diagnostic
 from ..runtime.validation import keyword_mistakes, schema_issues
 from ..spec.positions import Position
@@ -132,7 +133,7 @@ class _Bundler:
     def load(self, path: Path, pos: Position) -> tuple[Any, SourceMap | None]:
         if path in self._cache:
             return self._cache[path], None
-        stamp = _stamp(path)
+        stamp = file_stamp(path)
         shared = self.shared.loaded.get(path)
         if shared is not None and stamp is not None and shared[3] == stamp:
             self.stamps[path] = stamp
@@ -346,7 +347,7 @@ def bundle_schema(
     """
     key = _sharing_key(schema, base_file) if shared is not None else None
     known = shared.bundled.get(key) if shared is not None and key is not None else None
-    if known is not None and all(_stamp(path) == stamp for path, stamp in known[1]):
+    if known is not None and all(file_stamp(path) == stamp for path, stamp in known[1]):
         files = {path for path, _ in known[1]}
         return SchemaBundle(_copied(known[0]), files, [], dict(known[2]))
     bundler = _Bundler(root, search, shared, resolutions)
@@ -384,14 +385,6 @@ def _sharing_key(schema: Any, base_file: Path) -> tuple[str, str]:
     ``True``, ``'1'``, ``b'1'``; mapping keys are always strings) and keeps the order of
     keys."""
     return os.path.dirname(base_file), repr(schema)
-
-
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
 
 
 def _copied(value: Any) -> Any:

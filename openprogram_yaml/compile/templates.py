@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openprogram_yaml._file_reads import file_stamp
 from openprogram_yaml.compile._template_text import (
     code_identifiers,
     column_of,
@@ -128,14 +129,6 @@ def _resolved_folder(path: str) -> Path:
 @functools.lru_cache(maxsize=4096)
 def _resolved_absolute(path: str) -> Path:
     return Path(path).resolve()
-
-
-def _file_stamp(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size)
 
 
 def _all_settled(stamps: Iterable[tuple[int, int] | None], read_ns: int) -> bool:
@@ -240,7 +233,7 @@ class TemplateEngine:
         known = self._checked.get(checked_key)
         if (
             known is not None
-            and all(_file_stamp(k) == v for k, v in known[3].items())
+            and all(file_stamp(k) == v for k, v in known[3].items())
             and all(entry_kind(k) == v or link_kind(k) == v for k, v in known[4].items())
         ):
             # The same text, seeing the same names from the same folder, with every file it
@@ -274,7 +267,7 @@ class TemplateEngine:
 
         sources = dict(check.sources)
         variables = frozenset(check.variables)
-        stamps = {key: _file_stamp(key) for key in sources}
+        stamps = {key: file_stamp(key) for key in sources}
         files = frozenset(Path(key) for key in sources)
         links = dict(check.links)
         if len(self._checked) >= _CHECKED_KEPT:

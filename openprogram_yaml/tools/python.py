@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from openprogram_yaml._file_reads import file_stamp
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.blocking import run_blocking
@@ -102,14 +103,6 @@ def _refusal(ref: str, module_name: str, *, defined_in: bool = False) -> ToolBui
     )
 
 
-def _stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_mtime_ns, stat.st_size
-
-
 def _module_file(module: types.ModuleType) -> Path | None:
     name = getattr(module, "__file__", None)
     return Path(name).resolve() if name else None
@@ -130,12 +123,12 @@ def _import(module_name: str, root: Path) -> types.ModuleType:
             else:
                 file = _module_file(module)
                 # Only the project's own modules are reloaded; libraries never change under us.
-                edited = _stamps.get(module_name) not in (None, _stamp(file) if file else None)
+                edited = _stamps.get(module_name) not in (None, file_stamp(file) if file else None)
                 if file is not None and file.is_relative_to(root) and edited:
                     module = importlib.reload(module)
             file = _module_file(module)
             if file is not None and file.is_relative_to(root):
-                stamp = _stamp(file)
+                stamp = file_stamp(file)
                 if stamp is not None:
                     _stamps[module_name] = stamp
             _note_owner(module_name, root)
