@@ -163,9 +163,9 @@ tests:
 """
 
 
-def test_similar_compares_embeddings_recorded_then_replayed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _record_similar(tmp_path: Path) -> tuple[Path, Path, Request]:
+    """The SIMILAR tests run once against a server, recorded: the project, the recordings
+    and the embeddings request; the project then points where nothing listens."""
     recordings = tmp_path / "recordings"
     with LoopbackServer() as server:
         for _ in range(2):
@@ -174,6 +174,14 @@ def test_similar_compares_embeddings_recorded_then_replayed(
         root = project(tmp_path / "p", server.url + "/v1", SIMILAR)
         assert main(["test", str(root), "--record", str(recordings)]) == 1
         request = server.requests[1]
+    project(tmp_path / "p", GONE, SIMILAR)
+    return root, recordings, request
+
+
+def test_similar_compares_embeddings_recorded_then_replayed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, recordings, request = _record_similar(tmp_path)
     assert request.path == "/v1/embeddings"
     assert request.json == {
         "model": "emb",
@@ -181,7 +189,6 @@ def test_similar_compares_embeddings_recorded_then_replayed(
     }
     recorded_out = capsys.readouterr().out
 
-    project(tmp_path / "p", GONE, SIMILAR)
     code, data, err = run_json(["test", str(root), "--replay", str(recordings)], capsys)
     assert code == 1
     assert [r["passed"] for r in data["results"]] == [True, False]
@@ -201,19 +208,12 @@ def test_recorded_embeddings_that_do_not_read_are_said_so(
 ) -> None:
     # A recording is a file of the repository: one nested past the JSON decoder's limit
     # was a RecursionError out of the replay.
-    recordings = tmp_path / "recordings"
-    with LoopbackServer() as server:
-        for _ in range(2):
-            server.add(json_reply(chat_completion("We sent it back.")))
-            server.add(embeddings([1.0, 0.0], [0.6, 0.8]))
-        root = project(tmp_path / "p", server.url + "/v1", SIMILAR)
-        assert main(["test", str(root), "--record", str(recordings)]) == 1
+    root, recordings, _ = _record_similar(tmp_path)
     (recorded,) = (recordings / "embeddings").glob("*.yaml")
     deep = "[" * 100_000 + "]" * 100_000
     text = recorded.read_text(encoding="utf-8")
     recorded.write_text(text.replace("'[[1.0, 0.0], [0.6, 0.8]]'", f"'{deep}'"), encoding="utf-8")
     capsys.readouterr()
-    project(tmp_path / "p", GONE, SIMILAR)
     assert main(["test", str(root), "--replay", str(recordings)]) == 1
     report = capsys.readouterr().out
     assert report.count("could not grade (similar, local:emb): replay: the embeddings") == 2
