@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -315,15 +316,41 @@ def test_shared_prompt_files_agree_with_reading_each_alone(tmp_path: Path) -> No
         assert agent.files == each.agents[name].files
 
 
+def _one_compile(root: Path, share: Callable[[Any], None]) -> Callable[[int], Any]:
+    """Compiles agent ``a/a{i}.yaml`` of ``root`` as one compile does, agent by agent, with
+    what ``share`` puts in each agent's collector (what the compile's agents share)."""
+    from openprogram_yaml.compile.agent import compile_agent
+    from openprogram_yaml.compile.build import Build
+    from openprogram_yaml.compile.context import Collector
+    from openprogram_yaml.spec.loader import load_agent_file
+
+    ctx, build = ProjectContext(root.resolve()), Build()
+    build.begin()
+
+    def compile_one(i: int) -> Any:
+        col = Collector()
+        share(col)
+        doc = load_agent_file((root / "a" / f"a{i}.yaml").resolve())
+        agent = compile_agent(doc, ctx, col, build)
+        assert agent is not None, col.diagnostics
+        return agent
+
+    return compile_one
+
+
+def _replace_with_older(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` with a settled time older than it had (rsync -a, cp -p)."""
+    path.write_text(text, encoding="utf-8")
+    older = path.stat().st_mtime_ns - 20 * RACY_NS
+    os.utime(path, ns=(older, older))
+
+
 def test_a_prompt_file_replaced_during_a_compile_is_read_again(tmp_path: Path) -> None:
     # Replaced between two agents of one compile by a file with an older stamp (as rsync -a,
     # cp -p or tar leave it): the stamp is settled, so the later agent's read-set vouches
     # for the file as it is now, and the agent must have been built from that text, not
     # from what the first agent read.
-    from openprogram_yaml.compile.agent import compile_agent
-    from openprogram_yaml.compile.build import Build
     from openprogram_yaml.compile.context import Collector
-    from openprogram_yaml.spec.loader import load_agent_file
 
     root = tmp_path / "project"
     (root / "shared").mkdir(parents=True)
@@ -333,22 +360,14 @@ def test_a_prompt_file_replaced_during_a_compile_is_read_again(tmp_path: Path) -
     _settle(prompt)
     for i in range(2):
         (root / "a" / f"a{i}.yaml").write_text(AGENT.format(name=f"a_{i}"), encoding="utf-8")
-    ctx, build = ProjectContext(root.resolve()), Build()
-    build.begin()
     shared: dict[Path, Any] = {}
 
-    def compile_one(i: int) -> Any:
-        col = Collector()
+    def share(col: Collector) -> None:
         col.prompt_files = shared
-        doc = load_agent_file((root / "a" / f"a{i}.yaml").resolve())
-        agent = compile_agent(doc, ctx, col, build)
-        assert agent is not None, col.diagnostics
-        return agent
 
+    compile_one = _one_compile(root, share)
     first = compile_one(0)
-    prompt.write_text("Changed: {{ q }}\n", encoding="utf-8")
-    older = prompt.stat().st_mtime_ns - 20 * RACY_NS
-    os.utime(prompt, ns=(older, older))
+    _replace_with_older(prompt, "Changed: {{ q }}\n")
     second = compile_one(1)
     assert first.methods["ask"].prompt.render({"q": "x"}) == "Q: x\n"
     assert second.methods["ask"].prompt.render({"q": "x"}) == "Changed: x\n"
@@ -357,11 +376,8 @@ def test_a_prompt_file_replaced_during_a_compile_is_read_again(tmp_path: Path) -
 def test_a_schema_file_replaced_during_a_compile_is_read_again(tmp_path: Path) -> None:
     # As a prompt file above: a schema file (and so every bundle built from it) shared by
     # the agents of a compile is used again only while its stamp holds.
-    from openprogram_yaml.compile.agent import compile_agent
-    from openprogram_yaml.compile.build import Build
     from openprogram_yaml.compile.context import Collector
     from openprogram_yaml.compile.schemas import SchemaFiles
-    from openprogram_yaml.spec.loader import load_agent_file
 
     root = tmp_path / "project"
     (root / "schemas").mkdir(parents=True)
@@ -373,22 +389,14 @@ def test_a_schema_file_replaced_during_a_compile_is_read_again(tmp_path: Path) -
     for i in range(2):
         text = SCHEMA_AGENT.format(name=f"a_{i}", schema="{$ref: ../schemas/q.json}")
         (root / "a" / f"a{i}.yaml").write_text(text, encoding="utf-8")
-    ctx, build = ProjectContext(root.resolve()), Build()
-    build.begin()
     schema_files, resolutions = SchemaFiles(), Resolutions()
 
-    def compile_one(i: int) -> Any:
-        col = Collector()
+    def share(col: Collector) -> None:
         col.schema_files, col.resolutions = schema_files, resolutions
-        doc = load_agent_file((root / "a" / f"a{i}.yaml").resolve())
-        agent = compile_agent(doc, ctx, col, build)
-        assert agent is not None, col.diagnostics
-        return agent
 
+    compile_one = _one_compile(root, share)
     first = compile_one(0)
-    label.write_text('{"type": "integer"}', encoding="utf-8")
-    older = label.stat().st_mtime_ns - 20 * RACY_NS
-    os.utime(label, ns=(older, older))
+    _replace_with_older(label, '{"type": "integer"}')
     second = compile_one(1)
     assert first.methods["ask"].response_format["schema"] == {"type": "string"}
     assert second.methods["ask"].response_format["schema"] == {"type": "integer"}
