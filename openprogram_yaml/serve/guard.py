@@ -16,6 +16,7 @@ the ``Host`` the request was sent to.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -134,10 +135,31 @@ _SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_PAIR = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}")
 
 
+class _NotANumber(ValueError):
+    """``NaN``, ``Infinity`` or a number too large for a float: no JSON value."""
+
+
+def _no_constant(name: str) -> float:
+    raise _NotANumber(f"not JSON: {name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999: Infinity by another name
+        raise _NotANumber(f"not JSON: the number {shown(text)} is too large")
+    return value
+
+
+#: ``json.loads`` reads ``NaN`` and ``Infinity`` (and makes ``1e999`` one): a record or a
+#: reply holding one is no JSON (``JSON.parse`` and other decoders refuse it).
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
 def read_json(data: bytes | str) -> JSONValue:
-    """A client's JSON; ``ValueError`` saying what is wrong: not JSON, more than
-    ``MAX_JSON_ITEMS`` items, nested deeper than ``MAX_JSON_DEPTH``, or a string holding
-    half of a UTF-16 pair (``"\\ud800"``: no text, and no UTF-8 for the record or the model).
+    """A client's JSON; ``ValueError`` saying what is wrong: not JSON (``NaN``, ``Infinity``
+    and a number past a float's range included), more than ``MAX_JSON_ITEMS`` items, nested
+    deeper than ``MAX_JSON_DEPTH``, or a string holding half of a UTF-16 pair
+    (``"\\ud800"``: no text, and no UTF-8 for the record or the model).
 
     What a body may cost is bounded by its text before it is parsed (a body at serve's cap
     of ``[{},{},…]`` is 9 million dicts), and the checks after parsing read the text, not
@@ -155,11 +177,15 @@ def read_json(data: bytes | str) -> JSONValue:
     if _has_too_many_items(text):
         raise ValueError(_MANY)
     try:
-        value: JSONValue = json.loads(text)
+        if text.startswith("\ufeff"):  # as json.loads says of a str
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        value: JSONValue = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"not JSON: {exc.msg} at character {exc.pos}") from None
     except RecursionError:
         raise ValueError(_DEEPER) from None
+    except _NotANumber as exc:
+        raise ValueError(str(exc)) from None
     except ValueError:  # int()'s limit on digits (sys.get_int_max_str_digits)
         raise ValueError("not JSON: a number has more digits than the JSON decoder reads") from None
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _deeper_than(value, MAX_JSON_DEPTH):

@@ -287,9 +287,9 @@ def _file_part(part: Mapping[str, object], kind: str, at: str) -> str:
         return url
     if kind == "input_audio":
         data, audio = body.get("data"), body.get("format")
-        if not isinstance(data, str) or audio not in _AUDIO_FORMATS:
+        if not isinstance(data, str) or not isinstance(audio, str) or audio not in _AUDIO_FORMATS:
             raise _bad(f"{at}.input_audio must hold base64 'data' and a 'format' (wav or mp3).")
-        return f"data:{_AUDIO_FORMATS[str(audio)]};base64,{data}"
+        return f"data:{_AUDIO_FORMATS[audio]};base64,{data}"
     data, filename = body.get("file_data"), body.get("filename")
     if not isinstance(data, str):
         why = "there is no Files API here" if "file_id" in body else "it is missing"

@@ -1,0 +1,129 @@
+"""What a client of ``serve`` may send that its routes once answered badly: each is refused
+with a 4xx saying what is wrong, never a 500, and nothing it sent reaches a record as
+something other than JSON.
+
+The server listens on 127.0.0.1 and is spoken to in raw HTTP bytes; no test sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openprogram_yaml.run.reload import ProgramHolder
+from openprogram_yaml.run.service import RunService
+from openprogram_yaml.serve.app import Server, ServeState
+from openprogram_yaml.serve.guard import read_json
+from openprogram_yaml.serve.openai_api import OpenAIError, parse_chat_request
+
+#: Generous: nothing here waits on a clock, only on the loopback server.
+TIMEOUT_S = 30.0
+
+AGENT = """\
+version: 1
+name: echo
+model: test
+methods:
+  say:
+    inputs: {x: {}}
+    prompt: "p {{ x }}"
+"""
+
+
+@asynccontextmanager
+async def served(tmp_path: Path) -> AsyncIterator[tuple[Server, int]]:
+    agent = tmp_path / "echo.yaml"
+    agent.write_text(AGENT, encoding="utf-8")
+    holder = ProgramHolder(agent)
+    holder.load()
+    server = Server(ServeState(holder, RunService(holder.snapshot)))
+    port = await server.start(0)
+    try:
+        yield server, port
+    finally:
+        await server.close(grace_s=0)
+
+
+async def post(port: int, path: str, body: bytes) -> tuple[int, Any]:
+    """POST ``body`` as JSON; the status and the reply, which must be JSON."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(head.encode("ascii") + body)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), TIMEOUT_S)
+    finally:
+        writer.close()
+    status_line, _, reply = data.partition(b"\r\n\r\n")
+    # Strict JSON, as a browser's JSON.parse reads it: no NaN, no Infinity.
+    return int(status_line.split(b" ")[1]), json.loads(reply, parse_constant=_not_json)
+
+
+def _not_json(name: str) -> None:
+    raise AssertionError(f"the reply holds {name}, which is not JSON")
+
+
+# --- numbers JSON has no value for --------------------------------------------------------
+
+NOT_NUMBERS = [b"NaN", b"Infinity", b"-Infinity", b"1e999", b"-1e999"]
+
+
+@pytest.mark.parametrize("number", NOT_NUMBERS)
+def test_nan_infinity_and_a_number_past_a_float_are_refused_before_a_run(
+    tmp_path: Path, number: bytes
+) -> None:
+    """``json.loads`` reads ``NaN``/``Infinity`` (and makes ``1e999`` infinity): the run
+    went ahead and its record, the reply, said ``"x": NaN``, which no JSON decoder but
+    Python's reads (a browser's ``JSON.parse`` fails on the whole reply)."""
+
+    async def scenario() -> None:
+        async with served(tmp_path) as (server, port):
+            status, reply = await post(port, "/run/echo/say", b'{"x": ' + number + b"}")
+            assert status == 400
+            assert "not JSON" in reply["error"]
+            assert server.state.history.summaries() == []  # no run
+            chat = b'{"model": "echo.say", "messages": [{"role": "user", "content": "hi"}], "n": '
+            status, reply = await post(port, "/v1/chat/completions", chat + number + b"}")
+            assert status == 400
+            assert "not JSON" in reply["error"]["message"]
+
+    asyncio.run(scenario())
+
+
+def test_read_json_reads_every_finite_number() -> None:
+    assert read_json(b"[1.5, -0.0, 1e308, 1e-400, 12345678901234567890]") == [
+        1.5,
+        -0.0,
+        1e308,
+        0.0,
+        12345678901234567890,
+    ]
+    assert read_json('"NaN"') == "NaN"  # in a string, only text
+    for text in ('{"a": NaN}', "[Infinity]", "-Infinity", "1e999"):
+        with pytest.raises(ValueError, match="not JSON"):
+            read_json(text)
+
+
+# --- the OpenAI-compatible endpoint ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("audio_format", [["wav"], {"wav": 1}, 3, None])
+def test_an_input_audio_format_that_is_not_a_name_is_a_400(audio_format: object) -> None:
+    """A list or an object as ``input_audio.format`` was looked up in a dict: a TypeError,
+    answered 500."""
+    part = {"type": "input_audio", "input_audio": {"data": "AAAA", "format": audio_format}}
+    body = {"model": "echo.say", "messages": [{"role": "user", "content": [part]}]}
+    with pytest.raises(OpenAIError) as caught:
+        parse_chat_request(body)
+    assert caught.value.status == 400
+    assert "'format' (wav or mp3)" in caught.value.message
