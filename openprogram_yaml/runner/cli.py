@@ -221,10 +221,7 @@ def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONVal
     if args.input_json:
         raw = args.input_json
         if raw.startswith("@"):
-            try:
-                raw = Path(raw[1:]).read_text(encoding="utf-8")
-            except OSError as exc:
-                raise UsageError(f"--input-json: cannot read {raw[1:]}: {exc.strerror}") from None
+            raw = _input_json_file(raw[1:])
         try:
             loaded = parse_json(raw)
         except json.JSONDecodeError as exc:
@@ -236,6 +233,55 @@ def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONVal
         inputs.update(loaded)
     inputs.update(input_items(args.input, method))
     return inputs
+
+
+#: The largest ``--input-json @FILE`` read: what ``serve`` takes as one body (inputs may
+#: carry files as base64, at most 20 MiB each raw).
+MAX_INPUT_JSON_BYTES = 28 << 20
+
+
+def _input_json_file(name: str) -> str:
+    """The text of ``--input-json @FILE``: a regular file or a pipe (``@<(command)``), of
+    at most ``MAX_INPUT_JSON_BYTES``, in UTF-8; else a ``UsageError`` naming the file (and
+    the line and column of a byte that is not UTF-8). A device (/dev/zero, /dev/urandom)
+    or a folder is refused, never read without end."""
+    import os
+    import stat
+
+    from .._file_reads import FileRefused, FileTooLarge, read_regular_file
+    from ..errors import UsageError
+    from ..spec.textfile import UnreadableFile, decode_text
+
+    limit = MAX_INPUT_JSON_BYTES
+    too_large = f"--input-json: {name} is larger than {limit >> 20} MiB"
+    try:
+        # A pipe the person named (a shell's process substitution is one) is read as it
+        # comes. Looked at without opening it: a probe's open and close could break the
+        # pipe for a writer already waiting on it.
+        piped = stat.S_ISFIFO(os.stat(name).st_mode)
+    except OSError:
+        piped = False  # read_regular_file says why
+    try:
+        if piped:
+            with open(name, "rb") as stream:
+                data = stream.read(limit + 1)
+            if len(data) > limit:
+                raise FileTooLarge(len(data), limit)
+        else:
+            data = read_regular_file(name, limit=limit)
+    except FileTooLarge:
+        raise UsageError(too_large) from None
+    except FileRefused as exc:
+        raise UsageError(f"--input-json: cannot read {name}: {exc.reason}") from None
+    except OSError as exc:
+        raise UsageError(f"--input-json: cannot read {name}: {exc.strerror or exc}") from None
+    try:
+        return decode_text(data, name)
+    except UnreadableFile as exc:
+        where = exc.diagnostics[0]
+        raise UsageError(
+            f"--input-json: {where.path}:{where.line}:{where.col}: {where.message}"
+        ) from None
 
 
 def input_items(items: Sequence[str], method: Method) -> dict[str, JSONValue]:

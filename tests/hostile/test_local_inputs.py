@@ -1,0 +1,126 @@
+"""Hostile local inputs of the command line: files named on it (``--input-json @FILE``, a
+batch's ``--input`` and ``--output``), files a folder or project holds (a FIFO named like an
+agent, a lock file) and the session store. Each gets a clear error and exit status 2, never
+a traceback and never a hang (a broken case fails on a timeout instead of blocking the run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from openprogram_yaml.runner.cli import main
+
+AGENT = """\
+version: 1
+name: tagger
+model: test
+methods:
+  tag:
+    inputs:
+      ticket: {type: string, minLength: 1}
+      priority: {type: integer, default: 3}
+    prompt: "Tag ({{ priority }}): {{ ticket }}"
+"""
+
+#: How long a command may take before it counts as hung (it never waits when it works).
+_HUNG_AFTER_S = 20.0
+
+
+def _within_time(call: Callable[[], int]) -> int:
+    """``call()``'s result; fails the test, instead of hanging it, when it does not end."""
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    thread.join(_HUNG_AFTER_S)
+    assert not thread.is_alive(), "the command hung"
+    assert result, "the command raised"
+    return result[0]
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    code = _within_time(lambda: main(argv))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> Path:
+    path = tmp_path / "agent.yaml"
+    path.write_text(AGENT, encoding="utf-8")
+    return path
+
+
+# --- --input-json @FILE -----------------------------------------------------------------------
+
+
+def test_input_json_file_that_is_not_utf8_is_positioned(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "in.json"
+    bad.write_bytes(b'{"ticket":\n "\xc3("}')
+    err = _refused(capsys, [str(agent), "tag", "--input-json", f"@{bad}"])
+    assert f"{bad}:2:3:" in err and "UTF-8" in err
+
+
+def test_input_json_from_a_device_is_refused_not_read_without_end(
+    agent: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _refused(capsys, [str(agent), "tag", "--input-json", "@/dev/zero"])
+    assert "/dev/zero" in err and "not a regular file" in err
+
+
+def test_input_json_folder_is_refused(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _refused(capsys, [str(agent), "tag", "--input-json", f"@{tmp_path}"])
+    assert "not a regular file (a folder)" in err
+
+
+def test_input_json_from_a_pipe_is_read_up_to_its_limit(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from openprogram_yaml.runner import cli
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed(data: bytes) -> threading.Thread:
+        def run() -> None:
+            # The reader may stop early (the data is past the limit): that breaks the pipe.
+            with contextlib.suppress(BrokenPipeError), open(fifo, "wb") as stream:
+                stream.write(data)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    feed(b'{"ticket": "piped"}')
+    code = _within_time(lambda: main([str(agent), "tag", "--input-json", f"@{fifo}"]))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "piped" in captured.out
+
+    monkeypatch.setattr(cli, "MAX_INPUT_JSON_BYTES", 64)
+    feed(b'{"ticket": "' + b"x" * 100 + b'"}')
+    err = _refused(capsys, [str(agent), "tag", "--input-json", f"@{fifo}"])
+    assert "larger than" in err
+
+
+def test_input_json_file_past_the_limit_is_refused_before_it_is_read(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from openprogram_yaml.runner.cli import MAX_INPUT_JSON_BYTES
+
+    big = tmp_path / "big.json"
+    with big.open("wb") as stream:  # sparse: no disk is used
+        stream.truncate(MAX_INPUT_JSON_BYTES + 1)
+    err = _refused(capsys, [str(agent), "tag", "--input-json", f"@{big}"])
+    assert "larger than" in err
