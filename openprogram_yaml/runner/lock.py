@@ -9,12 +9,15 @@ being updated fails the build, naming what changed.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+from .._file_reads import FileRefused, read_regular_file
 from .._file_writes import write_atomically
 from ..compile.program import Program
 from ..json_types import parse_json
+from ..spec.textfile import MAX_TEXT_BYTES
 
 __all__ = ["LOCK_FILE", "check_lock", "lock_data", "write_lock"]
 
@@ -45,12 +48,20 @@ def check_lock(program: Program, path: Path | None = None) -> list[str]:
     """Differences between the program and its lock file, one line each (empty: in sync)."""
     target = path or program.root / LOCK_FILE
     try:
-        locked: Any = parse_json(target.read_text(encoding="utf-8"))
+        # A lock is a file of the repository: a FIFO in its place must not hang the
+        # check, nor a link to a device be read without end.
+        locked: Any = parse_json(read_regular_file(target, limit=MAX_TEXT_BYTES))
         old: dict[str, str] = dict(locked.get("prompts", {}))
-    except FileNotFoundError:
-        return [f"{target} does not exist; write it with `openprogram-run lock`"]
-    except (OSError, ValueError, AttributeError, TypeError) as exc:  # not {"prompts": {…}}
-        return [f"{target} cannot be read ({exc}); write it again with `openprogram-run lock`"]
+    except FileRefused as exc:
+        if not os.path.lexists(target):
+            return [f"{target} does not exist; write it with `openprogram-run lock`"]
+        reason = exc.reason
+    except (ValueError, AttributeError, TypeError) as exc:  # not {"prompts": {…}}
+        reason = str(exc)
+    else:
+        reason = ""
+    if reason:
+        return [f"{target} cannot be read ({reason}); write it again with `openprogram-run lock`"]
     new = lock_data(program)["prompts"]
     problems = []
     for name in sorted(old.keys() | new.keys()):

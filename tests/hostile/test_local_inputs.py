@@ -124,3 +124,35 @@ def test_input_json_file_past_the_limit_is_refused_before_it_is_read(
         stream.truncate(MAX_INPUT_JSON_BYTES + 1)
     err = _refused(capsys, [str(agent), "tag", "--input-json", f"@{big}"])
     assert "larger than" in err
+
+
+# --- files a folder or project holds ----------------------------------------------------------
+
+
+def test_a_fifo_named_like_an_agent_in_a_checked_folder_never_blocks(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    os.mkfifo(tmp_path / "zz.yaml")
+    code = _within_time(lambda: main(["check", str(tmp_path)]))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "1 agent" in captured.out + captured.err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_lock_file_that_is_a_fifo_or_device_is_unreadable_not_waited_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    (tmp_path / "agents").mkdir()
+    (tmp_path / "agents" / "a.yaml").write_text(AGENT, encoding="utf-8")
+    (tmp_path / "openprogram.yaml").write_text("version: 1\nagents: ['agents/*.yaml']\n")
+    lock = tmp_path / "openprogram.lock"
+    if kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.symlink_to("/dev/zero")
+    code = _within_time(lambda: main(["lock", str(tmp_path), "--check"]))
+    captured = capsys.readouterr()
+    assert code == 1, captured.err
+    assert "cannot be read (not a regular file" in captured.out + captured.err
+    assert "Traceback" not in captured.err
