@@ -18,7 +18,8 @@ import asyncio
 import contextlib
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -33,7 +34,9 @@ from .asking import ElicitingAsker
 from .server import RepositoryServer
 
 if TYPE_CHECKING:
+    import mcp_types as types
     import uvicorn
+    from mcp.shared.message import SessionMessage
 
 __all__ = ["MCP_PATH", "serve_repository"]
 
@@ -147,6 +150,8 @@ async def _serve_stdio(
         # The SDK iterates its stdin for lines, which StdinLines gives (cancellably).
         stdio_server(stdin=cast("Any", stdin)) as (read_stream, write_stream),
     ):
+        if stdin is not None:
+            stdin.refuse = partial(_answer, write_stream.send)
         session = asyncio.create_task(
             repo.server.run(read_stream, write_stream, repo.initialization_options())
         )
@@ -162,6 +167,15 @@ async def _serve_stdio(
             stdin.end()  # the transport's reader waits for the next line until then
     _say("stopped")
     return 0
+
+
+async def _answer(
+    send: Callable[[SessionMessage], Awaitable[None]], error: types.JSONRPCError
+) -> None:
+    """Send ``error`` to the stdio client (a line the SDK would have dropped unanswered)."""
+    from mcp.shared.message import SessionMessage
+
+    await send(SessionMessage(error))
 
 
 async def _serve_http(

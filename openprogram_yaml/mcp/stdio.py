@@ -9,21 +9,37 @@ asyncio pipe transport instead. stdout is left to the SDK, which points fd 1 at 
 
 stdin that is not a pipe, socket or terminal (a regular file) cannot be read by the event
 loop; the SDK's own reader is used then (None).
+
+A line the SDK cannot read as a JSON-RPC message (not JSON, a string holding half of a
+UTF-16 pair, a number past its range, nesting past its limit) is dropped by the SDK's
+transport without a word, and the client's request waited for ever. ``StdinLines`` reads
+each line first: one that fails is answered here, as JSON-RPC asks (``-32700`` Parse error,
+``-32600`` Invalid Request, with the request's ``id`` when it can be found, else ``null``),
+and not passed on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import re
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
-__all__ = ["StdinLines", "protocol_stdin"]
+import mcp_types as types
+from pydantic import ValidationError
+
+__all__ = ["StdinLines", "protocol_stdin", "refusal_of_line"]
 
 #: The longest protocol message accepted (asyncio's default of 64 KiB is too small for a
 #: tool call carrying a document).
 MAX_LINE = 64 << 20
+
+
+#: Where a line the SDK would drop is answered (the transport's write stream), once known.
+Refuse = Callable[[types.JSONRPCError], Awaitable[None]]
 
 
 class StdinLines:
@@ -31,6 +47,8 @@ class StdinLines:
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self._reader = reader
+        #: Answers a line that is no JSON-RPC message; None: such lines pass to the SDK.
+        self.refuse: Refuse | None = None
 
     def __aiter__(self) -> StdinLines:
         return self
@@ -40,10 +58,60 @@ class StdinLines:
         self._reader.feed_eof()
 
     async def __anext__(self) -> str:
-        line = await self._reader.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", "replace")
+        while True:
+            line = await self._reader.readline()
+            if not line:
+                raise StopAsyncIteration
+            text = line.decode("utf-8", "replace")
+            if self.refuse is None or not text.strip():
+                return text
+            refusal = refusal_of_line(text)
+            if refusal is None:
+                return text
+            await self.refuse(refusal)
+
+
+def refusal_of_line(line: str) -> types.JSONRPCError | None:
+    """The error answering ``line`` when the SDK cannot read it as a JSON-RPC message."""
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False, include_context=False)
+        if errors and errors[0]["type"] == "json_invalid":
+            code, message = types.PARSE_ERROR, f"Parse error: {errors[0]['msg']}"
+        else:
+            code, message = types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
+        error = types.ErrorData(code=code, message=message)
+        return types.JSONRPCError(jsonrpc="2.0", id=_request_id(line), error=error)
+    return None
+
+
+#: A JSON string (possessive: linear on any text), or a bracket.
+_TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|[\[\]{}]', re.DOTALL)
+#: After the key ``"id"``: its value, a number or a string.
+_ID_VALUE = re.compile(r'\s*:\s*(-?[0-9]{1,18}(?![0-9.eE])|"(?:[^"\\]++|\\.)*+")')
+
+
+def _request_id(line: str) -> int | str | None:
+    """The ``id`` of the message ``line`` (an object's top-level key), found by scanning, not
+    parsing: the line may be no JSON, or nest past any parser's limit. None if not found."""
+    depth = 0
+    for token in _TOKEN.finditer(line):
+        text = token.group()
+        if text in "[{":
+            depth += 1
+        elif text in "]}":
+            depth -= 1
+        elif depth == 1 and text == '"id"':
+            value = _ID_VALUE.match(line, token.end())
+            if value is None:
+                continue  # "id" as a value, or an id that is no number or string
+            try:
+                found: object = json.loads(value.group(1))
+            except ValueError:
+                return None
+            return found if isinstance(found, int | str) else None
+    return None
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,117 @@
+"""What an MCP client may send ``openprogram-run mcp`` that it once left unanswered: every
+request gets a reply, as JSON-RPC asks, even one the SDK cannot read.
+
+The server runs as a subprocess on stdio, spoken to in raw lines (the official client cannot
+send a malformed one); each reply is awaited with a generous timeout, nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openprogram_yaml.mcp.stdio import refusal_of_line
+
+#: Generous: a subprocess starts in about a second.
+TIMEOUT_S = 30.0
+
+AGENT = """\
+version: 1
+name: desk
+model: test
+methods:
+  answer:
+    inputs: {ticket: {type: string}}
+    prompt: "Answer: {{ ticket }}"
+"""
+
+
+def call(request_id: int, arguments: str) -> bytes:
+    """A ``tools/call`` line with ``arguments`` as raw JSON text."""
+    head = f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", '
+    return (head + f'"params": {{"name": "desk.answer", "arguments": {arguments}}}}}\n').encode()
+
+
+#: Lines the SDK cannot read, though a client may well send them (all but the last are
+#: JSON that Python reads): each was dropped, and its caller waited for ever.
+UNREADABLE = {
+    "half a surrogate pair": call(2, '{"ticket": "\\ud800"}'),
+    "a number past the decoder's range": call(3, '{"ticket": ' + "9" * 5000 + "}"),
+    "nesting past the decoder's limit": call(4, '{"ticket": ' + "[" * 5000 + "]" * 5000 + "}"),
+    "no JSON at all": call(5, '{"ticket": "cut short'),
+}
+
+
+def test_a_line_the_sdk_cannot_read_is_answered_with_its_id(tmp_path: Path) -> None:
+    agent = tmp_path / "desk.yaml"
+    agent.write_text(AGENT, encoding="utf-8")
+
+    async def scenario() -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENPROGRAM_")}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "openprogram_yaml", "mcp", str(agent),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, env=env, limit=1 << 20,
+        )  # fmt: skip
+        assert proc.stdin is not None and proc.stdout is not None
+
+        async def reply(line: bytes) -> dict[str, Any]:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(line)
+            await proc.stdin.drain()
+            answer: dict[str, Any] = json.loads(
+                await asyncio.wait_for(proc.stdout.readline(), TIMEOUT_S)
+            )
+            return answer
+
+        try:
+            hello = await reply(
+                b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": '
+                b'{"protocolVersion": "2025-06-18", "capabilities": {}, '
+                b'"clientInfo": {"name": "t", "version": "1"}}}\n'
+            )
+            assert hello["id"] == 1 and "result" in hello
+            for what, line in UNREADABLE.items():
+                answer = await reply(line)
+                request_id = json.loads(line[line.index(b'"id": ') + 6 :].split(b",")[0])
+                assert answer["id"] == request_id, what
+                assert answer["error"]["code"] == -32700, what
+                assert answer["error"]["message"].startswith("Parse error: "), what
+            # and the connection serves on
+            done = await reply(call(9, '{"ticket": "printer"}'))
+            assert done["id"] == 9 and done["result"]["isError"] is False
+        finally:
+            proc.stdin.close()
+            await asyncio.wait_for(proc.wait(), TIMEOUT_S)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("line", "request_id", "code"),
+    [
+        (b'{"id": "a\\"b", "method": "x", "params": ', 'a"b', -32700),
+        (b'{"params": {"id": 7}, "id": 8, "method": "tools/call"', 8, -32700),
+        (b'{"params": {"id": 7}, "method": "tools/call"', None, -32700),  # 7 is not its id
+        (b'{"method": "id", "params": {}, "id": 1.5}', None, -32600),
+        (b'{"id": 3}', 3, -32600),
+        (b"[1, 2]", None, -32600),
+        (b"\xff\xfe", None, -32700),
+    ],
+)
+def test_the_id_of_an_unreadable_line_is_its_own_or_null(
+    line: bytes, request_id: object, code: int
+) -> None:
+    refusal = refusal_of_line(line.decode("utf-8", "replace"))
+    assert refusal is not None
+    assert (refusal.id, refusal.error.code) == (request_id, code)
+
+
+def test_a_readable_line_is_left_to_the_sdk() -> None:
+    assert refusal_of_line(call(1, '{"ticket": "x"}').decode()) is None
