@@ -12,11 +12,18 @@ against the output schema, so promising one the output may break would fail its 
 
 MCP prompt arguments are strings; an input whose schema is not a string takes JSON text
 (``3``, ``true``, ``["a"]``) and is parsed before the inputs are checked.
+
+Tool arguments and prompt arguments are JSON: ``NaN`` and ``Infinity`` (which the SDK's
+parser and ``json.loads`` both read, and ``1e999`` becomes) are none. A tool call holding one
+is refused (``non_finite``); a prompt argument that reads as one stays text, which the
+input check then refuses. Either way no run or record holds one (a records line saying
+``NaN`` is no JSON).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,7 +35,7 @@ from ..json_types import JSONValue, parse_json
 if TYPE_CHECKING:
     from ..compile.program import Agent, Method, Program
 
-__all__ = ["Catalog", "MethodRef", "arguments_to_inputs"]
+__all__ = ["Catalog", "MethodRef", "arguments_to_inputs", "non_finite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +151,24 @@ def arguments_to_inputs(method: Method, arguments: Mapping[str, str]) -> dict[st
             inputs[name] = text
             continue
         try:
-            inputs[name] = parse_json(text)
+            value = parse_json(text)
         except ValueError:
-            inputs[name] = text  # the input check says what is wrong with it
+            value = text  # the input check says what is wrong with it
+        inputs[name] = text if non_finite(value) else value
     return inputs
+
+
+def non_finite(value: object) -> bool:
+    """Whether JSON data ``value`` holds a float that is NaN or infinite (a loop, not
+    recursion: any depth the parser let through)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -42,7 +42,7 @@ from ..redaction import redact
 from ..run.record import RunRecord, run_secrets
 from ..run.render import render_method
 from .asking import CALLER, Caller, can_elicit
-from .catalog import Catalog, MethodRef, arguments_to_inputs
+from .catalog import Catalog, MethodRef, arguments_to_inputs, non_finite
 from .progress import RunProgress, wants_progress
 
 if TYPE_CHECKING:
@@ -156,6 +156,12 @@ class RepositoryServer:
     ) -> types.CallToolResult:
         catalog = self.catalog()
         ref = self._find(catalog, params.name, "tool")
+        if non_finite(params.arguments):
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"the arguments of tool '{params.name}' hold NaN or Infinity (or a number too "
+                "large for a float), which JSON has no value for",
+            )
         caller = Caller(ctx.session, ctx.request_id) if can_elicit(ctx.session) else None
         progress = None
         if wants_progress(ctx.meta):

@@ -11,6 +11,8 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,9 @@ methods:
   answer:
     inputs: {ticket: {type: string}}
     prompt: "Answer: {{ ticket }}"
+  scale:
+    inputs: {ticket: {type: string}, n: {type: array, items: {type: number}}}
+    prompt: "Scale {{ ticket }} by {{ n }}"
 """
 
 
@@ -48,35 +53,51 @@ UNREADABLE = {
 }
 
 
-def test_a_line_the_sdk_cannot_read_is_answered_with_its_id(tmp_path: Path) -> None:
+Reply = Callable[[bytes], Awaitable[dict[str, Any]]]
+
+
+@asynccontextmanager
+async def mcp_stdio(agent: Path, *args: str) -> AsyncIterator[Reply]:
+    """``openprogram-run mcp AGENT`` on stdio, past its handshake; yields ``reply(line)``,
+    which sends a line and reads the next one the server writes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPENPROGRAM_")}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "openprogram_yaml", "mcp", str(agent), *args,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL, env=env, limit=1 << 20,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin, stdout = proc.stdin, proc.stdout
+
+    async def reply(line: bytes) -> dict[str, Any]:
+        stdin.write(line)
+        await stdin.drain()
+        answer: dict[str, Any] = json.loads(await asyncio.wait_for(stdout.readline(), TIMEOUT_S))
+        return answer
+
+    try:
+        hello = await reply(
+            b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": '
+            b'{"protocolVersion": "2025-06-18", "capabilities": {}, '
+            b'"clientInfo": {"name": "t", "version": "1"}}}\n'
+        )
+        assert hello["id"] == 1 and "result" in hello
+        stdin.write(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}\n')
+        yield reply
+    finally:
+        stdin.close()
+        await asyncio.wait_for(proc.wait(), TIMEOUT_S)
+
+
+def write_agent(tmp_path: Path) -> Path:
     agent = tmp_path / "desk.yaml"
     agent.write_text(AGENT, encoding="utf-8")
+    return agent
 
+
+def test_a_line_the_sdk_cannot_read_is_answered_with_its_id(tmp_path: Path) -> None:
     async def scenario() -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENPROGRAM_")}
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "openprogram_yaml", "mcp", str(agent),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL, env=env, limit=1 << 20,
-        )  # fmt: skip
-        assert proc.stdin is not None and proc.stdout is not None
-
-        async def reply(line: bytes) -> dict[str, Any]:
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(line)
-            await proc.stdin.drain()
-            answer: dict[str, Any] = json.loads(
-                await asyncio.wait_for(proc.stdout.readline(), TIMEOUT_S)
-            )
-            return answer
-
-        try:
-            hello = await reply(
-                b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": '
-                b'{"protocolVersion": "2025-06-18", "capabilities": {}, '
-                b'"clientInfo": {"name": "t", "version": "1"}}}\n'
-            )
-            assert hello["id"] == 1 and "result" in hello
+        async with mcp_stdio(write_agent(tmp_path)) as reply:
             for what, line in UNREADABLE.items():
                 answer = await reply(line)
                 request_id = json.loads(line[line.index(b'"id": ') + 6 :].split(b",")[0])
@@ -86,11 +107,42 @@ def test_a_line_the_sdk_cannot_read_is_answered_with_its_id(tmp_path: Path) -> N
             # and the connection serves on
             done = await reply(call(9, '{"ticket": "printer"}'))
             assert done["id"] == 9 and done["result"]["isError"] is False
-        finally:
-            proc.stdin.close()
-            await asyncio.wait_for(proc.wait(), TIMEOUT_S)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("number", ["NaN", "-Infinity", "1e999"])
+def test_nan_or_infinity_in_arguments_runs_nothing_and_records_nothing(
+    tmp_path: Path, number: str
+) -> None:
+    """The SDK's parser reads ``NaN`` and ``Infinity``: a number input took one, the model
+    was sent ``nan``, and the records file got a line saying ``"inputs": {"f": NaN}``,
+    which is no JSON. A prompt argument that reads as one was rendered as ``inf``."""
+    records = tmp_path / "records.jsonl"
+
+    async def scenario() -> None:
+        async with mcp_stdio(write_agent(tmp_path), "--records", str(records)) as reply:
+            line = call(2, f'{{"ticket": "x", "n": [{number}]}}').replace(b"answer", b"scale")
+            refused = await reply(line)
+            assert refused["id"] == 2 and refused["error"]["code"] == -32602
+            assert "NaN or Infinity" in refused["error"]["message"]
+            get = (
+                '{"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": '
+                f'{{"name": "desk.scale", "arguments": {{"ticket": "x", "n": "[{number}]"}}}}}}\n'
+            )
+            rendered = await reply(get.encode())
+            assert rendered["id"] == 3 and rendered["error"]["code"] == -32602
+            assert "is not of type 'array'" in rendered["error"]["message"]  # it stayed text
+            done = await reply(call(4, '{"ticket": "printer"}'))
+            assert done["result"]["isError"] is False
+
+    asyncio.run(scenario())
+    [line] = records.read_text(encoding="utf-8").splitlines()  # the good call's alone
+    json.loads(line, parse_constant=_not_json)
+
+
+def _not_json(name: str) -> None:
+    raise AssertionError(f"the record holds {name}, which is not JSON")
 
 
 @pytest.mark.parametrize(
