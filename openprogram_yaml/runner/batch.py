@@ -15,15 +15,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import itertools
 import json
 import os
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import UsageError
 from ..json_types import JSONObject
@@ -171,7 +173,7 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
         version=GitStamper().stamp(program),
     )
     try:
-        source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
+        source = sys.stdin if args.input == "-" else _open_input(args.input)
     except OSError as exc:
         return _fail(f"error: cannot read {args.input} (--input): {exc.strerror or exc}")
     name_shown = "<stdin>" if args.input == "-" else args.input
@@ -294,12 +296,27 @@ def _resumed(output: Path, resume: bool) -> DoneRows | None:
     return None
 
 
+def _open_input(name: str) -> TextIO:
+    """The dataset ``name`` opened as UTF-8 text: a file or a pipe (a FIFO, ``<(command)``,
+    read as it comes); a device (/dev/zero, /dev/urandom) is refused, as it would be read
+    as one line without end. Raises ``OSError``."""
+    stream = open(name, encoding="utf-8")  # noqa: SIM115
+    mode = os.fstat(stream.fileno()).st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        stream.close()
+        raise OSError(errno.EINVAL, "a device, not a file of rows")
+    return stream
+
+
 def _count_rows(path: str, kind: str | None) -> int | None:
     """How many rows a file holds (lines, less a CSV header), for the time left; None for
-    standard input or a JSON array."""
+    standard input, a pipe or a JSON array."""
     if path == "-" or kind == "json":
         return None
     try:
+        # A pipe is not counted: a second reader of a FIFO takes rows from the batch's own.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         with open(path, "rb") as handle:
             lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
     except OSError:

@@ -7,6 +7,7 @@ a traceback and never a hang (a broken case fails on a timeout instead of blocki
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -156,3 +157,66 @@ def test_a_lock_file_that_is_a_fifo_or_device_is_unreadable_not_waited_on(
     assert code == 1, captured.err
     assert "cannot be read (not a regular file" in captured.out + captured.err
     assert "Traceback" not in captured.err
+
+
+# --- batch --------------------------------------------------------------------------------------
+
+
+def _batch(agent: Path, rows: Path | str, out: Path | str, *more: str) -> list[str]:
+    return ["batch", str(agent), "tag", "--input", str(rows), "--output", str(out), *more]
+
+
+def test_a_csv_column_named_twice_is_refused_not_half_dropped(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = tmp_path / "in.csv"
+    rows.write_text("ticket,ticket\na,b\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    err = _refused(capsys, _batch(agent, rows, out))
+    assert f"{rows}:1: column 'ticket' is named more than once" in err
+    assert out.read_text(encoding="utf-8") == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("in.csv", "ticket,x\na,b\n"), ("in.jsonl", '{"ticket": "a", "x": "b"}\n')],
+)
+def test_two_columns_filling_one_input_are_refused_not_one_dropped(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str
+) -> None:
+    rows = tmp_path / name
+    rows.write_text(text, encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    err = _refused(capsys, _batch(agent, rows, out, "--map", "x=ticket"))
+    assert "columns 'ticket' and 'x' both fill input 'ticket'" in err
+    assert out.read_text(encoding="utf-8") == ""
+    # Dropping one of them runs the row with the other.
+    code = main(_batch(agent, rows, out, "--map", "x=ticket", "--map", "ticket=", "-q"))
+    assert code == 0, capsys.readouterr().err
+    (line,) = out.read_text(encoding="utf-8").splitlines()
+    assert json.loads(line)["inputs"] == {"ticket": "b"}
+
+
+def test_a_device_as_batch_input_is_refused_not_read_as_one_endless_line(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    err = _refused(capsys, _batch(agent, "/dev/zero", tmp_path / "out.jsonl", "--format", "jsonl"))
+    assert "cannot read /dev/zero (--input): a device" in err
+
+
+def test_resume_from_a_device_is_refused_not_read_without_end(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = tmp_path / "in.jsonl"
+    rows.write_text('{"ticket": "a"}\n', encoding="utf-8")
+    err = _refused(capsys, _batch(agent, rows, "/dev/zero", "--resume"))
+    assert "cannot read /dev/zero (--resume): not a regular file" in err
+
+
+def test_rows_of_a_fifo_are_not_counted_by_reading_it_a_second_time(tmp_path: Path) -> None:
+    from openprogram_yaml.runner.batch import _count_rows
+
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    # Opening it to count would wait for a writer; reading it would take the batch's rows.
+    assert _within_time(lambda: _count_rows(str(fifo), "jsonl") or 0) == 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +57,9 @@ class DoneRows:
         except OSError as exc:
             raise UsageError(f"cannot read {path} (--resume): {exc.strerror or exc}") from None
         with handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                # A device (/dev/zero) would be read without end, and none holds rows.
+                raise UsageError(f"cannot read {path} (--resume): not a regular file")
             whole = 0  # the offset after the last complete line
             for raw in handle:
                 if not raw.endswith(b"\n"):

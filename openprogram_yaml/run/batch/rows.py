@@ -125,6 +125,12 @@ def _csv(lines: Iterable[str], name: str) -> Iterator[tuple[str, JSONObject]]:
     header = [h.lstrip("\ufeff").strip() for h in header]
     if not any(header):
         raise BatchInputError(f"{name}:1: the first line must name the columns")
+    twice = sorted({h for h in header if header.count(h) > 1})
+    if twice:
+        # A row would keep the last of the two values and drop the other unseen.
+        raise BatchInputError(
+            f"{name}:1: column {', '.join(repr(h) for h in twice)} is named more than once"
+        )
     while True:
         try:
             cells = next(reader)
@@ -193,6 +199,7 @@ def row_values(
             raise BatchInputError(f"{where}: the key column '{key_column}' holds {_kind(raw)}")
         key = raw
     values: JSONObject = {}
+    filled_by: dict[str, str] = {}
     unknown: list[str] = []
     for column, value in row.items():
         target = renames.get(column, column)
@@ -202,6 +209,13 @@ def row_values(
             if column != key_column:
                 unknown.append(column)
             continue
+        if target in filled_by:
+            # --map x=ticket beside a column 'ticket': one of the two values would be lost.
+            raise BatchInputError(
+                f"{where}: columns '{filled_by[target]}' and '{column}' both fill input "
+                f"'{target}'; drop one with --map {column}= or rename it with --map"
+            )
+        filled_by[target] = column
         values[target] = _typed(value, inputs[target]) if from_text else value
     if unknown:
         declared = ", ".join(sorted(inputs)) or "none"
