@@ -282,7 +282,7 @@ class SessionStore:
                 "FROM sessions s LEFT JOIN messages m ON m.session = s.name "
                 "GROUP BY s.name ORDER BY s.updated_at DESC, s.name"
             ).fetchall()
-        return [SessionInfo(*row) for row in rows]
+        return [self._info(row) for row in rows]
 
     def get(self, name: str) -> SessionInfo | None:
         """The session called ``name``, or None."""
@@ -295,7 +295,42 @@ class SessionStore:
                 "FROM sessions s WHERE s.name = ?",
                 (name,),
             ).fetchone()
-        return None if row is None else SessionInfo(*row)
+        return None if row is None else self._info(row)
+
+    # SQLite keeps any value in any column: a store written by other code (or edited) may
+    # hold a blob or a number where text belongs. Such a row is an error naming it, not
+    # bytes passed on to a model, or a TypeError out of `sessions export`.
+
+    def _info(self, row: tuple[object, ...]) -> SessionInfo:
+        name, agent, method, created_at, updated_at, count = row
+        if (
+            isinstance(name, str)
+            and isinstance(agent, str)
+            and isinstance(method, str)
+            and isinstance(created_at, str)
+            and isinstance(updated_at, str)
+            and isinstance(count, int)
+        ):
+            return SessionInfo(name, agent, method, created_at, updated_at, count)
+        raise UsageError(
+            f"the session store {self.path} holds a session that is not text "
+            f"({_shown(name)}); delete it, or the store"
+        )
+
+    def _message(self, name: str, row: tuple[object, ...]) -> SessionMessage:
+        row_id, role, content, created_at, run_id, version = row
+        if (
+            isinstance(role, str)
+            and isinstance(content, str)
+            and isinstance(created_at, str)
+            and (run_id is None or isinstance(run_id, str))
+            and (version is None or isinstance(version, str))
+        ):
+            return SessionMessage(role, content, created_at, run_id, version)
+        raise UsageError(
+            f"the session store {self.path} holds a message of session '{name}' that is "
+            f"not text (message {_shown(row_id)}); delete the session, or the store"
+        )
 
     def require(self, name: str) -> SessionInfo:
         """The session called ``name``; a ``UsageError`` listing the others when missing."""
@@ -312,11 +347,11 @@ class SessionStore:
             return []
         with self._using() as db:
             rows = db.execute(
-                "SELECT role, content, created_at, run_id, version FROM messages "
+                "SELECT id, role, content, created_at, run_id, version FROM messages "
                 "WHERE session = ? ORDER BY id",
                 (name,),
             ).fetchall()
-        return [SessionMessage(*row) for row in rows]
+        return [self._message(name, row) for row in rows]
 
     def history(self, name: str) -> tuple[Message, ...]:
         """Session ``name``'s messages as the prior messages of its next run."""
@@ -440,6 +475,11 @@ class _transaction:
 
     def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         self.db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def _shown(value: object) -> str:
+    """A value of the store as a message shows it: a name as it is, anything else by type."""
+    return repr(value) if isinstance(value, str | int) else type(value).__name__
 
 
 def _now() -> str:

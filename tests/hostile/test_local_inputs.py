@@ -9,12 +9,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from openprogram_yaml.errors import UsageError
+from openprogram_yaml.run.sessions import SessionStore
 from openprogram_yaml.runner.cli import main
 
 AGENT = """\
@@ -220,3 +223,54 @@ def test_rows_of_a_fifo_are_not_counted_by_reading_it_a_second_time(tmp_path: Pa
     os.mkfifo(fifo)
     # Opening it to count would wait for a writer; reading it would take the batch's rows.
     assert _within_time(lambda: _count_rows(str(fifo), "jsonl") or 0) == 0
+
+
+# --- the session store ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    # A number in a TEXT column is made text by SQLite; a blob stays a blob.
+    [("content", b"\xff\xfe\x00"), ("created_at", b"now"), ("version", b"v1")],
+)
+def test_a_stored_message_that_is_not_text_is_named_not_passed_on(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    column: str,
+    value: object,
+) -> None:
+    path = tmp_path / ".openprogram" / "sessions.db"
+    with SessionStore(path) as store:
+        store.open("s1", "bot", "talk")
+        store.add_turn("s1", "hi", "hello", run_id=None, version=None)
+    db = sqlite3.connect(path)
+    with db:
+        db.execute(f"UPDATE messages SET {column} = ? WHERE role = 'assistant'", (value,))
+    db.close()
+    with SessionStore(path) as store, pytest.raises(UsageError, match="not text"):
+        store.history("s1")  # never bytes or a number as a message to a model
+    monkeypatch.chdir(tmp_path)
+    for action in ("show", "export"):
+        err = _refused(capsys, ["sessions", action, "s1"])
+        assert "holds a message of session 's1' that is not text" in err
+    # It can be deleted.
+    assert main(["sessions", "delete", "s1"]) == 0
+    with SessionStore(path) as store:
+        assert store.sessions() == []
+
+
+def test_a_stored_session_that_is_not_text_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / ".openprogram" / "sessions.db"
+    with SessionStore(path) as store:
+        store.open("s1", "bot", "talk")
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE sessions SET agent = ?", (b"\x00\x01",))
+    db.close()
+    monkeypatch.chdir(tmp_path)
+    for argv in (["sessions", "list", "--json"], ["sessions", "export", "s1"]):
+        err = _refused(capsys, argv)
+        assert "holds a session that is not text ('s1')" in err
