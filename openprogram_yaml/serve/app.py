@@ -330,7 +330,7 @@ def _auth_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRes
             return await handler(request)
         if request.method == "GET" and token_matches(request.query.get("token"), token):
             # A browser's first visit: keep the token in a cookie, out of the address bar.
-            seen = web.HTTPSeeOther(request.rel_url.without_query_params("token"))
+            seen = web.HTTPSeeOther(_without_token(request))
             seen.set_cookie(state.token_cookie, token, httponly=True, samesite="Strict", path="/")
             raise seen
         refusal = error_reply(
@@ -342,6 +342,15 @@ def _auth_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRes
         return await _refused_unread(state, request, refusal)
 
     return auth
+
+
+def _without_token(request: web.Request) -> str:
+    """Where a first visit with ``?token=`` goes: the same address without it, and never
+    another site's (a path beginning ``//`` or ``/\\`` reads as one in a ``Location``:
+    ``//evil.example/?token=…`` sent the browser there)."""
+    kept = request.rel_url.without_query_params("token")
+    path = "/" + kept.raw_path.lstrip("/\\")
+    return f"{path}?{kept.raw_query_string}" if kept.raw_query_string else path
 
 
 async def _refused_unread(

@@ -37,12 +37,12 @@ methods:
 
 
 @asynccontextmanager
-async def served(tmp_path: Path) -> AsyncIterator[tuple[Server, int]]:
+async def served(tmp_path: Path, **options: Any) -> AsyncIterator[tuple[Server, int]]:
     agent = tmp_path / "echo.yaml"
     agent.write_text(AGENT, encoding="utf-8")
     holder = ProgramHolder(agent)
     holder.load()
-    server = Server(ServeState(holder, RunService(holder.snapshot)))
+    server = Server(ServeState(holder, RunService(holder.snapshot), **options))
     port = await server.start(0)
     try:
         yield server, port
@@ -67,6 +67,20 @@ async def post(port: int, path: str, body: bytes) -> tuple[int, Any]:
     status_line, _, reply = data.partition(b"\r\n\r\n")
     # Strict JSON, as a browser's JSON.parse reads it: no NaN, no Infinity.
     return int(status_line.split(b" ")[1]), json.loads(reply, parse_constant=_not_json)
+
+
+async def get_head(port: int, target: str) -> bytes:
+    """GET ``target`` (sent as it is); the reply's status line and headers."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), TIMEOUT_S)
+    finally:
+        writer.close()
+    return data.partition(b"\r\n\r\n")[0]
 
 
 def _not_json(name: str) -> None:
@@ -127,3 +141,39 @@ def test_an_input_audio_format_that_is_not_a_name_is_a_400(audio_format: object)
         parse_chat_request(body)
     assert caught.value.status == 400
     assert "'format' (wav or mp3)" in caught.value.message
+
+
+# --- the token's first visit ----------------------------------------------------------------
+
+TOKEN = "tok-0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("target", "location"),
+    [
+        (f"//evil.example/?token={TOKEN}", "/evil.example/"),
+        (f"///evil.example/x?a=1&token={TOKEN}", "/evil.example/x?a=1"),
+        (f"/\\evil.example?token={TOKEN}", "/evil.example"),
+        (f"/\\/evil.example?token={TOKEN}", "/evil.example"),
+        (f"/static/app.js?a=1&token={TOKEN}&b=2", "/static/app.js?a=1&b=2"),
+    ],
+)
+def test_the_first_visit_with_the_token_stays_on_this_server(
+    tmp_path: Path, target: str, location: str
+) -> None:
+    """``/?token=`` answers 303 to the same address without it: for a path beginning ``//``
+    (or ``/\\``) that was ``Location: ////evil.example/``, which a browser reads as the
+    address of another site (an open redirect, carrying the cookie's owner along)."""
+
+    async def scenario() -> None:
+        async with served(tmp_path, token=TOKEN) as (_, port):
+            head = await get_head(port, target)
+            assert head.startswith(b"HTTP/1.1 303 "), head
+            [found] = [
+                line.split(b": ", 1)[1]
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"location: ")
+            ]
+            assert found.decode() == location
+
+    asyncio.run(scenario())
