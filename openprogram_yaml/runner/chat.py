@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -37,7 +38,7 @@ from ..run.sessions import (
 
 if TYPE_CHECKING:
     from prompt_toolkit import PromptSession
-    from prompt_toolkit.history import FileHistory
+    from prompt_toolkit.history import FileHistory, InMemoryHistory
 
     from ..compile.program import Program
     from ..json_types import JSONValue
@@ -208,8 +209,7 @@ class _Chat:
         watching = asyncio.create_task(self.holder.watching.wait())
         await asyncio.wait({watching, watcher}, return_when=asyncio.FIRST_COMPLETED)
         watching.cancel()
-        private_file(private_folder(self.history_file.parent) / self.history_file.name)
-        history = _redacted_history(str(self.history_file), lambda: self.secrets)
+        history = _input_history(self.history_file, lambda: self.secrets)
         prompt: PromptSession[str] = PromptSession(history=history)
         self.prompt = prompt
         self._greet()
@@ -362,6 +362,8 @@ class _Chat:
                 )
             except OSError as exc:
                 _say(f"error: cannot write {target}: {exc.strerror}")
+            except UsageError as exc:  # the store cannot be read
+                _say(f"error: {exc}")
             else:
                 _say(f"saved session {self.session} to {target}")
         else:
@@ -379,6 +381,29 @@ def _file_inputs(program: Program, agent: str, method: str) -> dict[str, tuple[s
     except UsageError:
         return {}
     return {n: a for n, s in found.inputs.items() if (a := media_types(s)) is not None}
+
+
+def _input_history(
+    path: Path, secrets: Callable[[], frozenset[str]]
+) -> FileHistory | InMemoryHistory:
+    """The chat's input history, kept in ``path`` (made private when missing) when that is
+    a regular file; else, after saying why, kept for this chat only. A FIFO there hung the
+    chat at its first message (prompt_toolkit opens it to append, waiting for a reader), a
+    folder showed a traceback."""
+    import stat
+
+    from prompt_toolkit.history import InMemoryHistory
+
+    try:
+        private_file(private_folder(path.parent) / path.name)
+        mode = os.stat(path).st_mode
+        problem = "" if stat.S_ISREG(mode) else "it is not a regular file"
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    if problem:
+        _say(f"(input history not kept: {path}: {problem})")
+        return InMemoryHistory()
+    return _redacted_history(str(path), secrets)
 
 
 def _redacted_history(path: str, secrets: Callable[[], frozenset[str]]) -> FileHistory:

@@ -479,3 +479,26 @@ def test_a_file_attached_with_slash_file_goes_with_the_next_message_only(tmp_pat
     assert parts["image_url"]["image_url"]["url"] == (
         "data:image/png;base64," + base64.b64encode(png).decode()
     )
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_an_input_history_that_is_no_regular_file_is_not_kept_and_the_chat_goes_on(
+    tmp_path: Path, kind: str
+) -> None:
+    (tmp_path / "pal.yaml").write_text(OFFLINE % "v1")
+    history = tmp_path / ".openprogram" / "chat_history"
+    history.parent.mkdir()
+    if kind == "fifo":
+        os.mkfifo(history)  # appending to it waited for a reader: the chat hung
+    else:
+        history.mkdir()  # a traceback on the terminal
+    with _chat(["pal.yaml", "talk"], tmp_path) as term:
+        shown = term.wait_for(PROMPT)
+        assert "input history not kept" in shown and "not a regular file" in shown
+        term.type("hi\r")
+        term.wait_for("test reply to: v1 hi")
+        term.type("again\r")
+        shown = term.wait_for("test reply to: v1 again")
+        term.wait_for(PROMPT)
+        assert term.close() == 0
+    assert "Traceback" not in term.shown.decode(errors="replace")
