@@ -245,9 +245,15 @@ def _is_text(value: str) -> bool:
     return True
 
 
+_SURROGATE_CHAR = re.compile("[\ud800-\udfff]")
+
+
 def shown(value: str) -> str:
-    """A client-sent value quoted in an error, cut short."""
-    return value if len(value) <= 100 else value[:100] + "…"
+    """A client-sent value quoted in an error, cut short; a byte of a header that is not
+    UTF-8 (which arrives as half of a surrogate pair, and would be written into the JSON
+    reply as ``\\udce9``, which strict decoders refuse) shown as U+FFFD."""
+    cut = value if len(value) <= 100 else value[:100] + "…"
+    return cut if cut.isascii() else _SURROGATE_CHAR.sub("\ufffd", cut)
 
 
 def _split_host(value: str) -> tuple[str, int | None] | None:
@@ -255,8 +261,8 @@ def _split_host(value: str) -> tuple[str, int | None] | None:
     name, sep, port = value.rpartition(":")
     if not sep or "]" in port:
         return value.lower(), None
-    if not (port.isascii() and port.isdigit()):
-        return None
+    if not (port.isascii() and port.isdigit()) or len(port) > 5:
+        return None  # (int() of 4,300 digits or more raises: a 500 it was)
     return name.lower(), int(port)
 
 

@@ -177,3 +177,50 @@ def test_the_first_visit_with_the_token_stays_on_this_server(
             assert found.decode() == location
 
     asyncio.run(scenario())
+
+
+# --- Host and Origin ----------------------------------------------------------------------
+
+
+async def exchange(port: int, raw: bytes) -> tuple[int, Any]:
+    """Send ``raw``; the status and the reply's JSON, read strictly (no lone surrogate)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(raw)
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(), TIMEOUT_S)
+    finally:
+        writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    text = body.decode("utf-8")
+    reply = json.loads(text)
+    # json.loads reads "\udce9" as half of a pair: no text any UTF-8 decoder takes.
+    json.dumps(reply, ensure_ascii=False).encode("utf-8")
+    return int(head.split(b" ")[1]), reply
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"Host: 127.0.0.1:" + b"9" * 5000,
+        b"Host: 127.0.0.1:1\xe9",
+        b"Host: 127.0.0.1:PORT\r\nOrigin: http://\xff\xfe.example",
+        b"Host: 127.0.0.1:PORT\r\nContent-Type: text/\xe9",
+    ],
+)
+def test_a_host_origin_or_type_no_server_could_be_is_refused_in_a_4xx(
+    tmp_path: Path, header: bytes
+) -> None:
+    """A ``Host`` port of 5,000 digits reached ``int()``, which raises past 4,300: a 500.
+    A header byte that is not UTF-8 came back in the refusal as ``\\udce9``, half of a
+    surrogate pair, which strict JSON decoders refuse."""
+
+    async def scenario() -> None:
+        async with served(tmp_path) as (_, port):
+            head = header.replace(b"PORT", str(port).encode())
+            raw = b"POST /run/echo/say HTTP/1.1\r\n" + head + b"\r\nContent-Length: 2\r\n"
+            status, reply = await exchange(port, raw + b"Connection: close\r\n\r\n{}")
+            assert status in (403, 415), reply
+            assert "refused" in reply["error"] or "Content-Type" in reply["error"]
+
+    asyncio.run(scenario())
