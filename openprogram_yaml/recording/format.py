@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -330,8 +331,30 @@ class Recording:
 
 
 def _count(value: JSONValue) -> int:
-    """A token count from a recording edited by hand: absent or not a number is 0."""
-    return int(value) if isinstance(value, int | float) else 0
+    """A token count from a recording edited by hand: absent, not a number or not a finite
+    one (YAML's .inf and .nan, which int() raised on at the turn) is 0."""
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else 0
+    return value if isinstance(value, int) else 0
+
+
+def _bad_tool_call(calls: object) -> tuple[tuple[int, ...], str] | None:
+    """What is wrong with a recorded reply's ``tool_calls``: where (the index of the call
+    at fault, if one is) and what; None when nothing is."""
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        return (), "not a recording: 'response.tool_calls' must be a list of tool calls"
+    for index, call in enumerate(calls):
+        if not isinstance(call, dict) or not all(
+            isinstance(call.get(k), str | int) and not isinstance(call.get(k), bool)
+            for k in ("id", "name")
+        ):
+            return (index,), (
+                f"not a recording: tool call {index} of 'response.tool_calls' needs an 'id' "
+                "and a 'name'"
+            )
+    return None
 
 
 def _text_or_none(value: JSONValue) -> str | None:
@@ -360,10 +383,11 @@ class RecordingStore:
         problems: list[Diagnostic] = []
         for path in sorted(directory.glob("*/*.yaml")):
             try:
-                data = load_yaml_file(path).data
+                loaded = load_yaml_file(path)
             except ConfigError as exc:
                 problems.extend(exc.diagnostics)
                 continue
+            data = loaded.data
             if not (
                 isinstance(data, dict)
                 and isinstance(data.get("request"), dict)
@@ -372,6 +396,13 @@ class RecordingStore:
                 problems.append(
                     Diagnostic(str(path), 1, 1, "not a recording: needs 'request' and 'response'")
                 )
+                continue
+            bad_call = _bad_tool_call(data["response"].get("tool_calls"))
+            if bad_call is not None:
+                # Replaying it failed the run with a bare KeyError ('id') at the turn.
+                where, message = bad_call
+                at = loaded.source.at(("response", "tool_calls", *where))
+                problems.append(Diagnostic(at.path, at.line, at.col, message))
                 continue
             recorded = data.get("recorded")
             # The key is recomputed from the stored request, so a recording edited by hand

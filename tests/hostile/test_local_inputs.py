@@ -274,3 +274,54 @@ def test_a_stored_session_that_is_not_text_is_named(
     for argv in (["sessions", "list", "--json"], ["sessions", "export", "s1"]):
         err = _refused(capsys, argv)
         assert "holds a session that is not text ('s1')" in err
+
+
+# --- recordings -------------------------------------------------------------------------------
+
+
+def _recorded(agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    folder = tmp_path / "rec"
+    assert main([str(agent), "tag", "-i", "ticket=x", "--record", str(folder)]) == 0
+    capsys.readouterr()
+    (recording,) = folder.glob("*/*.yaml")
+    return recording
+
+
+@pytest.mark.parametrize("count", [".inf", "-.inf", ".nan", "1e400"])
+def test_a_recorded_count_that_is_no_finite_number_counts_as_none(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], count: str
+) -> None:
+    recording = _recorded(agent, tmp_path, capsys)
+    text = recording.read_text(encoding="utf-8")
+    recording.write_text(text.replace("input_tokens: 3", f"input_tokens: {count}"))
+    argv = [str(agent), "tag", "-i", "ticket=x", "--replay", str(recording.parent.parent)]
+    code = main([*argv, "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err  # an OverflowError or ValueError failed the run
+    assert json.loads(captured.out)["usage"]["input_tokens"] == 0
+
+
+@pytest.mark.parametrize(
+    ("calls", "message"),
+    [
+        ("[{name: lookup}]", "tool call 0 of 'response.tool_calls' needs an 'id' and a 'name'"),
+        ("[{id: c1}]", "tool call 0 of 'response.tool_calls' needs an 'id' and a 'name'"),
+        ("[{id: c1, name: [x]}]", "tool call 0 of 'response.tool_calls' needs an 'id'"),
+        ("[7]", "tool call 0 of 'response.tool_calls' needs an 'id' and a 'name'"),
+        ("7", "'response.tool_calls' must be a list of tool calls"),
+    ],
+)
+def test_a_recorded_tool_call_without_id_or_name_is_a_positioned_error(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], calls: str, message: str
+) -> None:
+    recording = _recorded(agent, tmp_path, capsys)
+    text = recording.read_text(encoding="utf-8")
+    assert "  tool_calls: []\n" in text
+    recording.write_text(text.replace("  tool_calls: []\n", f"  tool_calls: {calls}\n"))
+    line = text.splitlines().index("  tool_calls: []") + 1
+    argv = [str(agent), "tag", "-i", "ticket=x", "--replay", str(recording.parent.parent)]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"{recording}:{line}:" in err and message in err, err
+    assert "KeyError" not in err
