@@ -144,7 +144,9 @@ class ReadSet:
         prefix = str(root) + os.sep
         for path, _, _, sha in sorted(self.files):
             rel = path[len(prefix) :] if path.startswith(prefix) else path
-            digest.update(rel.replace(os.sep, "/").encode() + b"\0" + sha.encode() + b"\0")
+            # A file name need not be UTF-8 (os keeps such bytes as surrogates).
+            name = rel.replace(os.sep, "/").encode("utf-8", "surrogateescape")
+            digest.update(name + b"\0" + sha.encode() + b"\0")
         return digest.hexdigest()[:16]
 
     def to_data(self) -> dict[str, object]:
@@ -231,7 +233,10 @@ def file_digest(path: str) -> str:
 
 def env_digest(value: str | None) -> str | None:
     # A hash, not the value: a read-set kept on disk must not hold what the environment said.
-    return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+    if value is None:
+        return None
+    # A value need not be UTF-8 (os keeps such bytes as surrogates).
+    return hashlib.sha256(value.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def file_reads(

@@ -231,7 +231,9 @@ def _key(path: Path, env: Mapping[str, str]) -> str:
         env.get("PATH", ""),
         env.get("PYTHONPATH", ""),
     )
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    # surrogateescape: a path, a folder or PATH may hold bytes that are not UTF-8 (os keeps
+    # them as surrogates), which a plain encode() raised on, a traceback before any run.
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 _fingerprint: list[str] = []
@@ -248,7 +250,8 @@ def _code_fingerprint() -> str:
             for name in sorted(names):
                 if name.endswith(".py"):
                     st = os.stat(os.path.join(folder, name))
-                    digest.update(f"{folder}/{name}:{st.st_mtime_ns}:{st.st_size}\0".encode())
+                    line = f"{folder}/{name}:{st.st_mtime_ns}:{st.st_size}\0"
+                    digest.update(line.encode("utf-8", "surrogateescape"))
         _fingerprint.append(digest.hexdigest())
     return _fingerprint[0]
 

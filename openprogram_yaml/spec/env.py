@@ -90,6 +90,16 @@ def _in_server_env(loc: Loc) -> bool:
     return any(pair == ("mcp", "env") for pair in pairwise(loc))
 
 
+def _is_text(value: str) -> bool:
+    """Whether an environment value is UTF-8 text: bytes that are not are kept by ``os`` as
+    lone surrogates, which no file, request or record can encode."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _field_name(loc: Loc) -> str:
     return ".".join(str(p) for p in loc) or "the document"
 
@@ -129,6 +139,17 @@ def _expand(
             return token
         out.names.add(name)
         found = env.get(name)
+        if found is not None and not _is_text(found):
+            out.diagnostics.append(
+                Diagnostic(
+                    pos.path,
+                    pos.line,
+                    pos.col,
+                    f"environment variable {name} (needed by '{_field_name(loc)}') holds "
+                    "bytes that are not UTF-8; set it to UTF-8 text",
+                )
+            )
+            return ""
         if found is not None:
             if len(found) >= _MIN_SECRET_LEN and _is_secret(name, loc):
                 out.secrets.add(found)

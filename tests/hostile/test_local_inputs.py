@@ -325,3 +325,40 @@ def test_a_recorded_tool_call_without_id_or_name_is_a_positioned_error(
     assert code == 1, err
     assert f"{recording}:{line}:" in err and message in err, err
     assert "KeyError" not in err
+
+
+# --- names and environment values that are not UTF-8 ----------------------------------------
+
+
+def test_an_agent_file_whose_name_is_not_utf8_is_checked_and_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    name = os.fsdecode(b"\xff\xfe.yaml")  # what a shell passes: os keeps the bytes
+    try:
+        (tmp_path / name).write_text(AGENT, encoding="utf-8")
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("this file system takes no such name")
+    monkeypatch.chdir(tmp_path)
+    for argv in (["check", name], [name, "tag", "-i", "ticket=x"], ["lock", name]):
+        code = main(argv)
+        captured = capsys.readouterr()
+        assert code == 0, captured.err  # a UnicodeEncodeError hashing the name
+    # PATH is part of the compile cache's key: a folder in it need not be UTF-8 either.
+    monkeypatch.setenv("PATH", os.environ.get("PATH", "") + os.pathsep + os.fsdecode(b"/\xff"))
+    code = main([name, "tag", "-i", "ticket=y"])
+    assert code == 0, capsys.readouterr().err
+
+
+def test_an_environment_value_that_is_not_utf8_is_a_positioned_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        'version: 1\nname: e\nmodel: test\nmethods:\n  m:\n    prompt: "Hi ${env:GREETING}"\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("GREETING", os.fsdecode(b"caf\xe9"))  # Latin-1, not UTF-8
+    for argv in (["check", str(path)], [str(path), "m"], ["render", str(path), "m"]):
+        err = _refused(capsys, argv)
+        assert f"{path}:6:" in err, err
+        assert "GREETING" in err and "not UTF-8" in err
