@@ -15,7 +15,7 @@ UTF-16 pair, a number past its range, nesting past its limit) is dropped by the 
 transport without a word, and the client's request waited for ever. ``StdinLines`` reads
 each line first: one that fails is answered here, as JSON-RPC asks (``-32700`` Parse error,
 ``-32600`` Invalid Request, with the request's ``id`` when it can be found, else ``null``),
-and not passed on.
+and not passed on. A line past ``MAX_LINE`` is answered so too, and skipped to its end.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ class StdinLines:
         self._reader = reader
         #: Answers a line that is no JSON-RPC message; None: such lines pass to the SDK.
         self.refuse: Refuse | None = None
+        #: The start of a line past ``MAX_LINE`` (where its ``id`` is looked for).
+        self._head = b""
 
     def __aiter__(self) -> StdinLines:
         return self
@@ -59,7 +61,12 @@ class StdinLines:
 
     async def __anext__(self) -> str:
         while True:
-            line = await self._reader.readline()
+            line = await self._line()
+            if line is None:
+                head, self._head = self._head, b""
+                if self.refuse is not None:
+                    await self.refuse(_too_long(head))
+                continue
             if not line:
                 raise StopAsyncIteration
             text = line.decode("utf-8", "replace")
@@ -69,6 +76,25 @@ class StdinLines:
             if refusal is None:
                 return text
             await self.refuse(refusal)
+
+    async def _line(self) -> bytes | None:
+        """The next line (b"" at the end); None for one past ``MAX_LINE``, which is read
+        to its end and dropped, its first ``MAX_LINE`` bytes kept in ``_head`` (a line too
+        long made ``readline`` raise, which ended the server with a traceback)."""
+        try:
+            return await self._reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:  # the end, without a line break
+            return exc.partial
+        except asyncio.LimitOverrunError as exc:
+            self._head = await self._reader.read(exc.consumed)
+        while True:  # the rest of the line, dropped
+            try:
+                await self._reader.readuntil(b"\n")
+                return None
+            except asyncio.IncompleteReadError:
+                return None
+            except asyncio.LimitOverrunError as exc:
+                await self._reader.read(exc.consumed)
 
 
 def refusal_of_line(line: str) -> types.JSONRPCError | None:
@@ -84,6 +110,15 @@ def refusal_of_line(line: str) -> types.JSONRPCError | None:
         error = types.ErrorData(code=code, message=message)
         return types.JSONRPCError(jsonrpc="2.0", id=_request_id(line), error=error)
     return None
+
+
+def _too_long(head: bytes) -> types.JSONRPCError:
+    """The error answering a line past ``MAX_LINE`` that begins with ``head``."""
+    message = f"Invalid Request: the message is longer than {MAX_LINE >> 20} MiB, the most read"
+    error = types.ErrorData(code=types.INVALID_REQUEST, message=message)
+    return types.JSONRPCError(
+        jsonrpc="2.0", id=_request_id(head.decode("utf-8", "replace")), error=error
+    )
 
 
 #: A JSON string (possessive: linear on any text), or a bracket.

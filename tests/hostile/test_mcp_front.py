@@ -16,9 +16,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import mcp_types as types
 import pytest
 
-from openprogram_yaml.mcp.stdio import refusal_of_line
+from openprogram_yaml.mcp.stdio import StdinLines, refusal_of_line
 
 #: Generous: a subprocess starts in about a second.
 TIMEOUT_S = 30.0
@@ -167,3 +168,32 @@ def test_the_id_of_an_unreadable_line_is_its_own_or_null(
 
 def test_a_readable_line_is_left_to_the_sdk() -> None:
     assert refusal_of_line(call(1, '{"ticket": "x"}').decode()) is None
+
+
+def test_a_line_past_the_limit_is_answered_and_skipped_and_the_next_one_read() -> None:
+    """A line longer than the reader's limit (64 MiB in use) made ``readline`` raise
+    ValueError out of the SDK's reader task: the server ended with a traceback."""
+
+    async def scenario() -> None:
+        reader = asyncio.StreamReader(limit=64)
+        lines = StdinLines(reader)
+        refused: list[types.JSONRPCError] = []
+
+        async def refuse(error: types.JSONRPCError) -> None:
+            refused.append(error)
+
+        lines.refuse = refuse
+        long_line = call(7, '{"ticket": "' + "x" * 500 + '"}')
+        ping = b'{"jsonrpc": "2.0", "id": 8, "method": "ping"}\n'
+        for chunk in (long_line[:100], long_line[100:], ping, long_line[:-1]):
+            reader.feed_data(chunk)
+        reader.feed_eof()
+        assert await lines.__anext__() == ping.decode()
+        [error] = refused
+        assert (error.id, error.error.code) == (7, types.INVALID_REQUEST)
+        assert "longer than 64 MiB" in error.error.message
+        with pytest.raises(StopAsyncIteration):  # the last, cut off by the end, dropped too
+            await lines.__anext__()
+        assert len(refused) == 2 and refused[1].id == 7
+
+    asyncio.run(scenario())
