@@ -355,7 +355,11 @@ def _dataset_cases(
     out: list[tuple[TestCaseSpec, SourceMap, Loc]] = []
     before = len(col.diagnostics)
     shared = case.expect.model_dump(exclude_unset=True, by_alias=True)
-    for number, line in enumerate(text.splitlines(), 1):
+    # Lines end at "\n" alone (a "\r" before it is JSON whitespace): splitlines() also
+    # broke a line at U+2028, U+2029 or U+0085, which a JSON string may hold raw (as
+    # json.dumps(ensure_ascii=False) writes them), refusing good rows and shifting the
+    # line numbers of every error after them.
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         where = SourceMap(shown, values={(): (number, 1)})

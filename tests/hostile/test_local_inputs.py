@@ -362,3 +362,34 @@ def test_an_environment_value_that_is_not_utf8_is_a_positioned_error(
         err = _refused(capsys, argv)
         assert f"{path}:6:" in err, err
         assert "GREETING" in err and "not UTF-8" in err
+
+
+# --- prompt tests files -----------------------------------------------------------------------
+
+
+def test_dataset_cases_holding_line_separators_in_strings_are_one_line_each(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "openprogram.yaml").write_text(
+        "version: 1\nagents: ['agent.yaml']\ntests: ['tests/*.yaml']\n", encoding="utf-8"
+    )
+    (tmp_path / "tests" / "data").mkdir(parents=True)
+    (tmp_path / "tests" / "t.yaml").write_text(
+        "version: 1\nagent: tagger\ntests:\n  - name: d\n    method: tag\n"
+        "    cases: data/cases.jsonl\n    expect: {contains: reply}\n",
+        encoding="utf-8",
+    )
+    # json.dumps(ensure_ascii=False) writes U+2028, U+2029 and U+0085 raw: JSON allows it.
+    rows = [{"ticket": f"a{c}b"} for c in ("\u2028", "\u2029", "\x85")]
+    lines = [json.dumps(row, ensure_ascii=False) for row in rows]
+    cases = tmp_path / "tests" / "data" / "cases.jsonl"
+    cases.write_text("\n".join([*lines, '{"bad']) + "\n", encoding="utf-8")
+    err = _refused(capsys, ["check", str(tmp_path)])
+    # One error, at the line that is broken (the 4th), not one per separator.
+    assert err.count("error:") == 1, err
+    assert "cases.jsonl:4:1: error: not a JSON object" in err
+    cases.write_text("\r\n".join(lines) + "\r\n", encoding="utf-8")
+    code = main(["test", str(tmp_path), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert len(json.loads(captured.out)["results"]) == 3
