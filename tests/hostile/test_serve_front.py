@@ -8,6 +8,7 @@ The server listens on 127.0.0.1 and is spoken to in raw HTTP bytes; no test slee
 from __future__ import annotations
 
 import asyncio
+import difflib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,11 +17,12 @@ from typing import Any
 
 import pytest
 
+from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.run.reload import ProgramHolder
 from openprogram_yaml.run.service import RunService
 from openprogram_yaml.serve.app import Server, ServeState
 from openprogram_yaml.serve.guard import read_json
-from openprogram_yaml.serve.openai_api import OpenAIError, parse_chat_request
+from openprogram_yaml.serve.openai_api import OpenAIError, find_method, parse_chat_request
 
 #: Generous: nothing here waits on a clock, only on the loopback server.
 TIMEOUT_S = 30.0
@@ -141,6 +143,31 @@ def test_an_input_audio_format_that_is_not_a_name_is_a_400(audio_format: object)
         parse_chat_request(body)
     assert caught.value.status == 400
     assert "'format' (wav or mp3)" in caught.value.message
+
+
+def test_an_unknown_model_name_too_long_to_be_near_any_is_not_compared_with_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """difflib indexed every character of the name sent: a 27 MB ``model`` held the event
+    loop, and every other request, for 3 s. A name more than 5/3 as long as the longest
+    cannot be within the cutoff of any, so none is compared."""
+    agent = tmp_path / "echo.yaml"
+    agent.write_text(AGENT, encoding="utf-8")
+    program = compile_path(agent)
+    compared: list[str] = []
+    real = difflib.get_close_matches
+
+    def spy(word: str, *args: Any, **kwargs: Any) -> list[str]:
+        compared.append(word)
+        found: list[str] = real(word, *args, **kwargs)
+        return found
+
+    monkeypatch.setattr(difflib, "get_close_matches", spy)
+    for name, hint in [("echo.sya", "did you mean 'echo.say'"), ("x" * 14, ""), ("e" * 10**6, "")]:
+        with pytest.raises(OpenAIError) as caught:
+            find_method(program, name)
+        assert caught.value.status == 404 and hint in caught.value.message
+    assert compared == ["echo.sya"]  # "echo.say" is 8 long: 14 characters are past 5/3
 
 
 # --- the token's first visit ----------------------------------------------------------------
