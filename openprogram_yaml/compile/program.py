@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import re
 import reprlib
 from collections.abc import Callable, Iterable, Mapping
@@ -36,6 +37,7 @@ __all__ = [
     "Method",
     "Program",
     "RetryPolicy",
+    "unfit_input",
 ]
 
 
@@ -107,6 +109,36 @@ def _repr_hiding(obj: DataclassInstance, secrets: Iterable[str]) -> str:
         f"{f.name}={getattr(obj, f.name)!r}" for f in dataclasses.fields(obj) if f.repr
     )
     return redact(f"{type(obj).__qualname__}({shown})", secrets)
+
+
+def unfit_input(value: JSONValue, where: str) -> str | None:
+    """What in an input no record, request or reply can carry, or None: a string holding a
+    lone surrogate (JSON's "\\ud800", or a byte that is not UTF-8 on a command line, which
+    Python keeps so), which every UTF-8 write of it raised on (a record, a trace: a
+    traceback after the run); or NaN, an infinity or 1e999, which JSON has no number for."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return (
+                    f"{where}: text that is not valid Unicode (character {exc.start + 1} is a "
+                    "lone surrogate: a byte that is not UTF-8, or half of a UTF-16 pair)"
+                )
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where}: {value} is not a JSON number"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = unfit_input(key, f"{where} (a key)") or unfit_input(item, f"{where}.{key}")
+            if problem:
+                return problem
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            problem = unfit_input(item, f"{where}[{index}]")
+            if problem:
+                return problem
+    return None
 
 
 def _did_you_mean(name: str, names: list[str]) -> str:
@@ -220,6 +252,13 @@ class Method:
                 f"method '{self.name}' of agent '{self.agent}' got unknown inputs "
                 f"(it declares: {declared})",
                 problems,
+            )
+        unfit = [problem for name, value in given.items() if (problem := unfit_input(value, name))]
+        if unfit:
+            raise InputValidationError(
+                f"inputs of method '{self.name}' of agent '{self.agent}' are not JSON text; "
+                "give UTF-8 text and finite numbers",
+                unfit,
             )
         values = dict(given)
         for name, schema in self.inputs.items():

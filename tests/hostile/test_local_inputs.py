@@ -393,3 +393,54 @@ def test_dataset_cases_holding_line_separators_in_strings_are_one_line_each(
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert len(json.loads(captured.out)["results"]) == 3
+
+
+# --- inputs no record can carry ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--input-json", '{"ticket": "\\ud800"}'],  # half of a UTF-16 pair
+        ["--input-json", '{"ticket": {"k\\ud800": ["ok"]}}'],  # in a key
+        ["-i", "ticket=" + os.fsdecode(b"caf\xe9")],  # a Latin-1 byte on the command line
+        ["-i", "ticket=ok", "--input-json", '{"n": NaN}'],
+        ["-i", "ticket=ok", "-i", "n=Infinity"],
+        ["-i", "ticket=ok", "-i", "n=1e999"],
+    ],
+)
+def test_an_input_no_record_can_carry_is_refused_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(AGENT.replace("priority:", "n: {type: number}\n      priority:"))
+    records = tmp_path / "records.jsonl"
+    err = _refused(capsys, [str(path), "tag", *argv, "--records", str(records)])
+    assert "are not JSON text" in err, err  # was a UnicodeEncodeError writing the record
+    assert not records.exists() or records.read_text(encoding="utf-8") == ""
+
+
+@pytest.mark.parametrize(
+    ("row", "problem"),
+    [
+        ('{"ticket": "\\ud800"}', "ticket: text that is not valid Unicode"),
+        ('{"ticket": "ok", "priority": NaN}', "priority: nan is not a JSON number"),
+    ],
+)
+def test_a_batch_row_no_record_can_carry_stops_the_batch_at_its_line(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], row: str, problem: str
+) -> None:
+    rows = tmp_path / "in.jsonl"
+    rows.write_text('{"ticket": "fine"}\n' + row + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    err = _refused(capsys, _batch(agent, rows, out, "--concurrency", "1"))
+    assert f"{rows}:2: {problem}" in err, err
+    lines = out.read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["status"] for line in lines] == ["ok"]
+
+
+def test_a_surrogate_pair_is_text_and_runs(agent: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([str(agent), "tag", "--input-json", '{"ticket": "\\ud83d\\ude00"}'])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "\U0001f600" in captured.out

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from ...compile.program import unfit_input
 from ...errors import UsageError
 from ...json_types import JSONObject, JSONValue, parse_json
 
@@ -217,6 +218,11 @@ def row_values(
             )
         filled_by[target] = column
         values[target] = _typed(value, inputs[target]) if from_text else value
+    for name, value in values.items():
+        # Checked before the row's digest is taken (its UTF-8 raised on a lone surrogate).
+        problem = unfit_input(value, name)
+        if problem:
+            raise BatchInputError(f"{where}: {problem}")
     if unknown:
         declared = ", ".join(sorted(inputs)) or "none"
         raise BatchInputError(
