@@ -18,7 +18,8 @@ Middlewares, outermost first; each refusal is ``{"error": "..."}`` with its stat
 4. ``guard``: the ``Host`` and ``Origin`` checks of ``guard.origin_refusal`` (400, 403).
 5. ``auth``: with a token (``--token`` / ``OPENPROGRAM_SERVE_TOKEN``), every route needs it.
 6. ``body``: a request's body is read whole, within ``ServeLimits.body_timeout_s`` (408 and
-   the connection closed otherwise).
+   the connection closed otherwise); a compressed one (``Content-Encoding``) is refused
+   with 415, never inflated.
 
 A request that ``guard`` or ``auth`` refuses never has its body kept (a stranger's
 connections must not make the server hold ``MAX_BODY`` each): the body is read and dropped
@@ -56,7 +57,7 @@ from ..run.reload import ProgramHolder
 from ..run.service import RunService
 from ..run.sessions import DEFAULT_BUSY_TIMEOUT_S, SessionStore, sessions_path
 from .connections import ConnectionGuard, Deadline
-from .guard import LOOPBACK_HOSTS, TOKEN_COOKIE, ServeLimits, origin_refusal
+from .guard import LOOPBACK_HOSTS, TOKEN_COOKIE, ServeLimits, origin_refusal, shown
 from .history import RunHistory
 
 if TYPE_CHECKING:
@@ -283,6 +284,15 @@ def _extra_headers(exc: web.HTTPException) -> dict[str, str]:
 def _body_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
     async def body(request: web.Request, handler: Handler) -> web.StreamResponse:
+        coding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        if coding != "identity" and request.can_read_body:
+            # Not decompressed (Server: auto_decompress=False): 1 MB of gzip is 1 GB of
+            # JSON, which aiohttp's parser inflated as it arrived, before any limit (a peak
+            # of 350 MB a request), and a body that was no gzip at all was a 500.
+            refusal = error_reply(
+                415, f"send the body uncompressed (Content-Encoding '{shown(coding)}' is not read)"
+            )
+            return await _refused_unread(state, request, refusal)
         # A body that has all arrived (most: it came with the headers) needs no deadline.
         if request.can_read_body and not request.content.is_eof():
             seconds = state.limits.body_timeout_s
@@ -389,6 +399,7 @@ class Server:
             handle_signals=False,
             shutdown_timeout=SEND_GRACE_S,
             logger=_PROTOCOL_LOG,
+            auto_decompress=False,  # a compressed body is refused (the body middleware)
         )
         await self._runner.setup()
         server = self._runner.server

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import tracemalloc
+import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -249,5 +251,52 @@ def test_a_host_origin_or_type_no_server_could_be_is_refused_in_a_4xx(
             status, reply = await exchange(port, raw + b"Connection: close\r\n\r\n{}")
             assert status in (403, 415), reply
             assert "refused" in reply["error"] or "Content-Type" in reply["error"]
+
+    asyncio.run(scenario())
+
+
+# --- compressed bodies --------------------------------------------------------------------
+
+
+def gzip_of_zeros(size: int) -> bytes:
+    """A gzip member holding ``size`` bytes of "0" (made piecewise: no ``size`` buffer)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    piece = b"0" * (1 << 20)
+    out = [packer.compress(piece) for _ in range(size >> 20)]
+    return b"".join([*out, packer.flush()])
+
+
+def test_a_compressed_body_is_refused_and_never_inflated(tmp_path: Path) -> None:
+    """aiohttp inflated a ``Content-Encoding: gzip`` body in its parser as it arrived,
+    before any limit: 64 KB of gzip is 64 MB of JSON (1 MB made a peak of 350 MB); and a
+    body that was no gzip at all was a 500 (RequestPayloadError)."""
+    bomb = gzip_of_zeros(64 << 20)
+
+    async def scenario() -> None:
+        async with served(tmp_path) as (server, port):
+            for body in (bomb, b"no gzip at all", zlib.compress(b'{"x": 1}')):
+                head = (
+                    f"POST /run/echo/say HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                    "Content-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                )
+                tracemalloc.start()
+                try:
+                    status, reply = await exchange(port, head.encode() + body)
+                    peak = tracemalloc.get_traced_memory()[1]
+                finally:
+                    tracemalloc.stop()
+                assert status == 415, reply
+                assert "send the body uncompressed" in reply["error"]
+                assert peak < 16 << 20, f"{peak >> 20} MB"
+            assert server.state.history.summaries() == []
+            # identity is no compression
+            head = (
+                f"POST /run/echo/say HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                "Content-Type: application/json\r\nContent-Encoding: identity\r\n"
+                "Content-Length: 8\r\nConnection: close\r\n\r\n"
+            )
+            status, reply = await exchange(port, head.encode() + b'{"x": 1}')
+            assert status == 200 and reply["status"] == "ok"
 
     asyncio.run(scenario())
