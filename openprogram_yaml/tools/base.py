@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
@@ -30,6 +30,8 @@ __all__ = [
     "ToolBuildError",
     "cap_text",
     "render_template",
+    "unicode_text",
+    "unicode_value",
 ]
 
 EMPTY_PARAMETERS: Mapping[str, JSONValue] = {"type": "object", "properties": {}}
@@ -59,6 +61,49 @@ class ToolBuildError(ValueError):
     def __init__(self, message: str, *, field: str) -> None:
         self.field = field
         super().__init__(message)
+
+
+def unicode_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD. A tool's result may hold them (a
+    Python function's string, a reply in charset utf-7 or unicode_escape): no request,
+    record or trace can be written in UTF-8 with one (the record of the run failed with a
+    UnicodeEncodeError traceback after it)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Through UTF-16, whole pairs become their character again; lone halves U+FFFD.
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def unicode_value(value: object) -> object:
+    """``value`` with ``unicode_text`` applied to every string in it, keys too (a JSON
+    reply's "\\ud800" parses to a lone surrogate). Walked without recursion: JSON nested
+    as deep as the decoder reads must not reach the interpreter's limit here. Values that
+    need nothing are returned as they are."""
+    if isinstance(value, str):
+        return unicode_text(value)
+    if not isinstance(value, dict | list):
+        return value
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, slot = stack.pop()
+        item = parent[slot]
+        if isinstance(item, str):
+            fixed = unicode_text(item)
+            if fixed is not item:
+                parent[slot] = fixed
+        elif isinstance(item, list):
+            stack.extend((item, index) for index in range(len(item)))
+        elif isinstance(item, dict):
+            if any(isinstance(k, str) and unicode_text(k) is not k for k in item):
+                item = {unicode_text(k) if isinstance(k, str) else k: v for k, v in item.items()}
+                parent[slot] = item
+            stack.extend((item, key) for key in item)
+    return root[0]
 
 
 def cap_text(text: str, limit: int, *, unit: str = "characters") -> str:
@@ -138,8 +183,9 @@ class ConfiguredTool:
         return variables
 
     async def execute(self, **arguments: JSONValue) -> object:
-        """Run the tool with ``arguments`` (keyword arguments, as the tool loop passes them)."""
-        return await self._run(self.check_arguments(arguments))
+        """Run the tool with ``arguments`` (keyword arguments, as the tool loop passes them).
+        Its result's text is made Unicode text (``unicode_value``) here, whatever the kind."""
+        return unicode_value(await self._run(self.check_arguments(arguments)))
 
     async def _run(self, arguments: JSONObject) -> object:
         raise NotImplementedError

@@ -444,3 +444,71 @@ def test_a_surrogate_pair_is_text_and_runs(agent: Path, capsys: pytest.CaptureFi
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "\U0001f600" in captured.out
+
+
+# --- tool results holding lone surrogates -----------------------------------------------------
+
+
+def test_a_python_tool_returning_a_lone_surrogate_does_not_break_the_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = f"surrogate_tool_{os.getpid()}"
+    (tmp_path / f"{module}.py").write_text(
+        "def t(text: str) -> str:\n    return 'half \\ud800 of a pair, ' + text\n",
+        encoding="utf-8",
+    )
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        "version: 1\nname: a\nmodel: test\n"
+        f"tools:\n  t: {{description: x, python: '{module}:t'}}\n"
+        "methods:\n  m: {prompt: go}\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    records = tmp_path / "records.jsonl"
+    code = main([str(path), "m", "--records", str(records)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err  # a UnicodeEncodeError writing the record
+    assert "half \ufffd of a pair" in records.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "expected"),
+    [
+        ("text/plain; charset=utf-7", b"a +2AA- b", "a \ufffd b"),
+        ("text/plain; charset=unicode_escape", b"a \\ud800 b", "a \ufffd b"),
+        ("application/json", b'{"k\\udfff": ["\\ud800", "\\ud83d\\ude00"]}', None),
+    ],
+)
+def test_an_http_reply_decoding_to_lone_surrogates_is_made_text(
+    tmp_path: Path, content_type: str, body: bytes, expected: str | None
+) -> None:
+    import asyncio
+
+    from loopback import LoopbackServer, Reply
+
+    from openprogram_yaml.compile.project import compile_path
+
+    with LoopbackServer() as server:
+        server.add(Reply(200, body, {"content-type": content_type}))
+        path = tmp_path / "agent.yaml"
+        path.write_text(
+            "version: 1\nname: a\nmodel: test\n"
+            f"tools:\n  fetch: {{description: x, http: {{url: '{server.url}/x'}}}}\n"
+            "methods:\n  m: {prompt: go}\n",
+            encoding="utf-8",
+        )
+        tool = next(t for t in compile_path(path).agent().tools if t.name == "fetch")
+
+        async def go() -> object:
+            try:
+                return await tool.execute()
+            finally:
+                await tool.aclose()
+
+        result = asyncio.run(go())
+    if expected is None:
+        assert result == {"k\ufffd": ["\ufffd", "\U0001f600"]}
+    else:
+        assert result == expected
+    json.dumps(result, ensure_ascii=False).encode("utf-8")  # writable
