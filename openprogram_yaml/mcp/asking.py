@@ -11,6 +11,9 @@ Only a client that declared the ``elicitation`` capability on a connection that 
 server requests (the 2025 handshake protocol; 2026-07-28 forbids server requests) is asked.
 Otherwise nobody is there: a tool declared ``confirm`` is refused unless the server runs
 with ``--yes``, and ``ask_user`` gets its default or fails, as in any headless run.
+
+A client that answers with an error, or with a result that is no ``ElicitResult``, has
+declined: the run goes on as for "decline" (it failed with pydantic's dump of the result).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from ..errors import UserDeclined
 from ..json_types import JSONValue
@@ -65,9 +70,16 @@ class ElicitingAsker:
         if caller is None:
             raise UserDeclined("no MCP client to ask")
         schema, read = _form(question)
-        result = await caller.session.elicit_form(
-            redact(question.prompt, self.secrets()), schema, related_request_id=caller.request_id
-        )
+        try:
+            result = await caller.session.elicit_form(
+                redact(question.prompt, self.secrets()),
+                schema,
+                related_request_id=caller.request_id,
+            )
+        except MCPError as exc:  # the client answered with an error, or went away
+            raise UserDeclined(f"the MCP client did not answer: {exc.error.message}") from None
+        except ValidationError:  # a result that is no ElicitResult ({"action": "explode"})
+            raise UserDeclined("the MCP client's answer could not be read") from None
         if result.action != "accept":
             raise UserDeclined(f"the MCP client's user chose '{result.action}'")
         answer, problem = check_answer(question, read(result.content or {}))

@@ -15,7 +15,10 @@ UTF-16 pair, a number past its range, nesting past its limit) is dropped by the 
 transport without a word, and the client's request waited for ever. ``StdinLines`` reads
 each line first: one that fails is answered here, as JSON-RPC asks (``-32700`` Parse error,
 ``-32600`` Invalid Request, with the request's ``id`` when it can be found, else ``null``),
-and not passed on. A line past ``MAX_LINE`` is answered so too, and skipped to its end.
+and not passed on. A line past ``MAX_LINE`` is answered so too, and skipped to its end. A
+client's response that cannot be read (to an elicitation) is no request to answer: the SDK
+is given an error response with its id instead, so the request it answers fails at once
+(the run's question is then declined) instead of waiting for ever.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ import os
 import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 
 import mcp_types as types
 from pydantic import ValidationError
 
-__all__ = ["StdinLines", "protocol_stdin", "refusal_of_line"]
+__all__ = ["StdinLines", "protocol_stdin", "refusal_of_line", "response_in_place_of"]
 
 #: The longest protocol message accepted (asyncio's default of 64 KiB is too small for a
 #: tool call carrying a document).
@@ -75,6 +79,9 @@ class StdinLines:
             refusal = refusal_of_line(text)
             if refusal is None:
                 return text
+            instead = response_in_place_of(text, refusal)
+            if instead is not None:
+                return instead
             await self.refuse(refusal)
 
     async def _line(self) -> bytes | None:
@@ -98,7 +105,10 @@ class StdinLines:
 
 
 def refusal_of_line(line: str) -> types.JSONRPCError | None:
-    """The error answering ``line`` when the SDK cannot read it as a JSON-RPC message."""
+    """The error answering ``line`` when the SDK cannot read it as a JSON-RPC message
+    (None when it can). Its ``id`` is the request's: a line without a top-level
+    ``method`` is no request, and is answered with ``id: null`` (the id of a response is
+    one of this server's requests, which the client must not take for one of its own)."""
     try:
         types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValidationError as exc:
@@ -108,45 +118,80 @@ def refusal_of_line(line: str) -> types.JSONRPCError | None:
         else:
             code, message = types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
         error = types.ErrorData(code=code, message=message)
-        return types.JSONRPCError(jsonrpc="2.0", id=_request_id(line), error=error)
+        found = _top_level(line)
+        return types.JSONRPCError(jsonrpc="2.0", id=found.id if found.method else None, error=error)
     return None
+
+
+def response_in_place_of(line: str, refusal: types.JSONRPCError) -> str | None:
+    """For a client's unreadable response to a request of this server (an elicitation):
+    an error response with its id, for the SDK to read instead, so the request it answers
+    fails at once instead of waiting for ever. None for any other line."""
+    found = _top_level(line)
+    if found.method or found.id is None or not found.answer:
+        return None
+    error = types.ErrorData(
+        code=types.INVALID_REQUEST,
+        message=f"the client's response could not be read ({refusal.error.message})",
+    )
+    return types.JSONRPCError(jsonrpc="2.0", id=found.id, error=error).model_dump_json(
+        by_alias=True
+    )
 
 
 def _too_long(head: bytes) -> types.JSONRPCError:
     """The error answering a line past ``MAX_LINE`` that begins with ``head``."""
     message = f"Invalid Request: the message is longer than {MAX_LINE >> 20} MiB, the most read"
     error = types.ErrorData(code=types.INVALID_REQUEST, message=message)
-    return types.JSONRPCError(
-        jsonrpc="2.0", id=_request_id(head.decode("utf-8", "replace")), error=error
-    )
+    found = _top_level(head.decode("utf-8", "replace"))
+    return types.JSONRPCError(jsonrpc="2.0", id=found.id if found.method else None, error=error)
 
 
 #: A JSON string (possessive: linear on any text), or a bracket.
 _TOKEN = re.compile(r'"(?:[^"\\]++|\\.)*+"|[\[\]{}]', re.DOTALL)
 #: After the key ``"id"``: its value, a number or a string.
 _ID_VALUE = re.compile(r'\s*:\s*(-?[0-9]{1,18}(?![0-9.eE])|"(?:[^"\\]++|\\.)*+")')
+#: After a string: it is a key.
+_COLON = re.compile(r"\s*:")
 
 
-def _request_id(line: str) -> int | str | None:
-    """The ``id`` of the message ``line`` (an object's top-level key), found by scanning, not
-    parsing: the line may be no JSON, or nest past any parser's limit. None if not found."""
+@dataclass(frozen=True, slots=True)
+class _TopLevel:
+    """What a message's top-level keys say of it."""
+
+    #: Its ``id`` (a number or a string), or None.
+    id: int | str | None = None
+    #: Whether it has a ``method``: a request (or a notification).
+    method: bool = False
+    #: Whether it has a ``result`` or an ``error``: a response.
+    answer: bool = False
+
+
+def _top_level(line: str) -> _TopLevel:
+    """The top-level keys of the message ``line`` that say what it is, found by scanning,
+    not parsing: the line may be no JSON, or nest past any parser's limit."""
     depth = 0
+    request_id: int | str | None = None
+    method = answer = False
     for token in _TOKEN.finditer(line):
         text = token.group()
         if text in "[{":
             depth += 1
         elif text in "]}":
             depth -= 1
-        elif depth == 1 and text == '"id"':
-            value = _ID_VALUE.match(line, token.end())
-            if value is None:
-                continue  # "id" as a value, or an id that is no number or string
-            try:
-                found: object = json.loads(value.group(1))
-            except ValueError:
-                return None
-            return found if isinstance(found, int | str) else None
-    return None
+        elif depth == 1 and _COLON.match(line, token.end()):
+            if text == '"method"':
+                method = True
+            elif text in ('"result"', '"error"'):
+                answer = True
+            elif text == '"id"' and request_id is None:
+                value = _ID_VALUE.match(line, token.end())
+                if value is not None:
+                    with contextlib.suppress(ValueError):
+                        found: object = json.loads(value.group(1))
+                        if isinstance(found, int | str):
+                            request_id = found
+    return _TopLevel(request_id, method, answer)
 
 
 @contextlib.asynccontextmanager

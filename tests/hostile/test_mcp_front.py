@@ -19,7 +19,7 @@ from typing import Any
 import mcp_types as types
 import pytest
 
-from openprogram_yaml.mcp.stdio import StdinLines, refusal_of_line
+from openprogram_yaml.mcp.stdio import StdinLines, refusal_of_line, response_in_place_of
 
 #: Generous: a subprocess starts in about a second.
 TIMEOUT_S = 30.0
@@ -58,7 +58,7 @@ Reply = Callable[[bytes], Awaitable[dict[str, Any]]]
 
 
 @asynccontextmanager
-async def mcp_stdio(agent: Path, *args: str) -> AsyncIterator[Reply]:
+async def mcp_stdio(agent: Path, *args: str, capabilities: bytes = b"{}") -> AsyncIterator[Reply]:
     """``openprogram-run mcp AGENT`` on stdio, past its handshake; yields ``reply(line)``,
     which sends a line and reads the next one the server writes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENPROGRAM_")}
@@ -79,7 +79,7 @@ async def mcp_stdio(agent: Path, *args: str) -> AsyncIterator[Reply]:
     try:
         hello = await reply(
             b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": '
-            b'{"protocolVersion": "2025-06-18", "capabilities": {}, '
+            b'{"protocolVersion": "2025-06-18", "capabilities": ' + capabilities + b", "
             b'"clientInfo": {"name": "t", "version": "1"}}}\n'
         )
         assert hello["id"] == 1 and "result" in hello
@@ -153,7 +153,8 @@ def _not_json(name: str) -> None:
         (b'{"params": {"id": 7}, "id": 8, "method": "tools/call"', 8, -32700),
         (b'{"params": {"id": 7}, "method": "tools/call"', None, -32700),  # 7 is not its id
         (b'{"method": "id", "params": {}, "id": 1.5}', None, -32600),
-        (b'{"id": 3}', 3, -32600),
+        (b'{"id": 3}', None, -32600),  # no method: no request to answer
+        (b'{"jsonrpc": "2.0", "id": 1, "result": [1]}', None, -32600),  # a response
         (b"[1, 2]", None, -32600),
         (b"\xff\xfe", None, -32700),
     ],
@@ -197,3 +198,75 @@ def test_a_line_past_the_limit_is_answered_and_skipped_and_the_next_one_read() -
         assert len(refused) == 2 and refused[1].id == 7
 
     asyncio.run(scenario())
+
+
+ASKING_AGENT = """\
+version: 1
+name: janitor
+model: test
+tools:
+  remove:
+    python: janitor_tools:remove
+    confirm: "Remove {{ path }}?"
+methods:
+  tidy:
+    prompt: Tidy up.
+"""
+
+TOOLS = """
+def remove(path: str) -> str:
+    \"\"\"Remove a file.\"\"\"
+    return f"removed {path}"
+"""
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        b"[1]",  # no ElicitResult at all: a line the SDK could not read
+        b'{"action": "explode"}',
+        b'{"action": "accept", "content": {"approve": [1, 2]}}',
+    ],
+)
+def test_an_unreadable_answer_to_an_elicitation_declines_and_the_call_is_answered(
+    tmp_path: Path, result: bytes
+) -> None:
+    """A client's response that is no JSON-RPC message was answered with an error bearing
+    its id, which is the server's request's: a client takes it for its own request of that
+    id (here the tools/call). Without that, the SDK dropped the line, and the elicitation
+    and the call waited for ever. A result that is no ElicitResult failed the run with
+    pydantic's dump of it. Each is a decline now: the tool is not run, the run goes on."""
+    (tmp_path / "janitor_tools.py").write_text(TOOLS, encoding="utf-8")
+    agent = tmp_path / "janitor.yaml"
+    agent.write_text(ASKING_AGENT, encoding="utf-8")
+
+    async def scenario() -> None:
+        async with mcp_stdio(agent, capabilities=b'{"elicitation": {}}') as reply:
+            asked = await reply(
+                b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
+                b'"params": {"name": "janitor.tidy", "arguments": {}}}\n'
+            )
+            assert asked["method"] == "elicitation/create"
+            head = b'{"jsonrpc": "2.0", "id": ' + json.dumps(asked["id"]).encode()
+            done = await reply(head + b', "result": ' + result + b"}\n")
+            assert done["id"] == 1 and "result" in done, done
+            [text] = done["result"]["content"]
+            assert "declined" in text["text"] and "removed" not in text["text"]
+            assert "validation error" not in text["text"]
+
+    asyncio.run(scenario())
+
+
+def test_an_unreadable_response_reaches_the_sdk_as_an_error_with_its_id() -> None:
+    line = '{"jsonrpc": "2.0", "id": 4, "result": [1]}'
+    refusal = refusal_of_line(line)
+    assert refusal is not None
+    instead = response_in_place_of(line, refusal)
+    assert instead is not None
+    error = types.jsonrpc_message_adapter.validate_json(instead, by_name=False)
+    assert isinstance(error, types.JSONRPCError) and error.id == 4
+    assert "could not be read" in error.error.message
+    # a request, or a line with no id, is answered instead (refusal_of_line)
+    for other in ('{"id": 4, "method": "x", "params": 3}', '{"result": [1]}'):
+        found = refusal_of_line(other)
+        assert found is not None and response_in_place_of(other, found) is None
