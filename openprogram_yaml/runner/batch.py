@@ -225,7 +225,11 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
     finally:
         if progress is not None:
             progress.stop()
-        writer.close()
+        try:
+            writer.close()
+        except UsageError as exc:  # the last lines could not be synced
+            code = code or 2
+            _fail(f"error: {exc}", secrets)
         if source is not sys.stdin:
             source.close()
     elapsed = time.perf_counter() - started

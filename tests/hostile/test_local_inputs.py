@@ -512,3 +512,13 @@ def test_an_http_reply_decoding_to_lone_surrogates_is_made_text(
     else:
         assert result == expected
     json.dumps(result, ensure_ascii=False).encode("utf-8")  # writable
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_batch_output_that_fills_up_is_an_error_naming_it(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = tmp_path / "in.jsonl"
+    rows.write_text('{"ticket": "a"}\n', encoding="utf-8")
+    err = _refused(capsys, _batch(agent, rows, "/dev/full"))  # an OSError traceback before
+    assert "cannot write /dev/full (--output): No space left on device" in err

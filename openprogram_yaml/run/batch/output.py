@@ -16,6 +16,7 @@ opened to resume (``DoneRows.read``), so the next line starts on a line of its o
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -105,21 +106,35 @@ class OutputWriter:
     def write(self, line: str) -> None:
         """Write ``line`` (a newline is added) whole, in one write where the system allows."""
         data = memoryview((line + "\n").encode("utf-8"))
-        while data:
-            data = data[os.write(self._fd, data) :]
-        self._unsynced = True
-        if self._clock() - self._synced_at >= self._sync_every_s:
-            self._sync()
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+            self._unsynced = True
+            if self._clock() - self._synced_at >= self._sync_every_s:
+                self._sync()
+        except OSError as exc:  # a full disk: a usage error naming the file, no traceback
+            raise self._failed(exc) from None
+
+    def _failed(self, exc: OSError) -> UsageError:
+        return UsageError(f"cannot write {self.path} (--output): {exc.strerror or exc}")
 
     def _sync(self) -> None:
-        os.fsync(self._fd)
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            # A file that cannot be synced (a pipe, a terminal, /dev/null) was written: EINVAL
+            # is no failure. A full disk or an I/O error is.
+            if exc.errno not in (errno.EINVAL, errno.EROFS, errno.ENOTSUP):
+                raise
         self._synced_at = self._clock()
         self._unsynced = False
 
     def close(self) -> None:
-        """Sync what is not yet on disk and close the file."""
+        """Sync what is not yet on disk and close the file; ``UsageError`` when that fails."""
         try:
             if self._unsynced:
                 self._sync()
+        except OSError as exc:
+            raise self._failed(exc) from None
         finally:
             os.close(self._fd)
