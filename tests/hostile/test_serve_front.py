@@ -20,10 +20,13 @@ from typing import Any
 import pytest
 
 from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.run.record import RunRecord
 from openprogram_yaml.run.reload import ProgramHolder
 from openprogram_yaml.run.service import RunService
+from openprogram_yaml.run.version import VersionStamp
 from openprogram_yaml.serve.app import Server, ServeState
 from openprogram_yaml.serve.guard import read_json
+from openprogram_yaml.serve.history import RunHistory
 from openprogram_yaml.serve.openai_api import OpenAIError, find_method, parse_chat_request
 
 #: Generous: nothing here waits on a clock, only on the loopback server.
@@ -300,3 +303,25 @@ def test_a_compressed_body_is_refused_and_never_inflated(tmp_path: Path) -> None
             assert status == 200 and reply["status"] == "ok"
 
     asyncio.run(scenario())
+
+
+# --- the history of runs ------------------------------------------------------------------
+
+
+def test_the_history_weighs_a_runs_values_not_only_its_characters() -> None:
+    """The history kept runs up to a weight counted in their strings' characters: inputs of
+    500,000 ``{}`` (1.5 MB of JSON, 34 MB in memory) weighed nothing, and 200 such runs,
+    kept (a failed run's record holds its inputs), took 8 GB."""
+    history = RunHistory(max_bytes=1_000_000)
+    ids = []
+    for _ in range(3):
+        inputs: dict[str, Any] = {"x": [{} for _ in range(20_000)]}  # 1.4 MB in memory
+        record = RunRecord("echo", "say", inputs, VersionStamp(hash="abc"), status="failed")
+        history.add(record, None)
+        ids.append(record.id)
+    assert [run["id"] for run in history.summaries()] == ids[-1:]
+    # a text input still weighs about its characters
+    history = RunHistory(max_bytes=1_000_000)
+    for text in ("a" * 400_000, "b" * 400_000):
+        history.add(RunRecord("echo", "say", {"x": text}, VersionStamp(hash="abc")), None)
+    assert len(history.summaries()) == 2
