@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import json
 import os
@@ -139,9 +140,14 @@ def private_folder(folder: Path) -> Path:
 def private_file(path: Path) -> Path:
     """``path`` created empty when missing, readable by its owner alone (0600, as a shell's
     history is): the sessions and the chat's input history are one person's conversations
-    (SQLite gives the store's WAL files the store's mode). Raises ``OSError``."""
+    (SQLite gives the store's WAL files the store's mode). Raises ``OSError``, also when
+    ``path`` is a symbolic link: a repository holding ``.openprogram/chat_history`` linked
+    to ``~/.bashrc`` had every message typed in a chat appended to that file (and a
+    dangling ``sessions.db`` link had SQLite create the store wherever it pointed)."""
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    if os.path.islink(path):
+        raise OSError(errno.ELOOP, "a symbolic link, which is not followed for private files")
     return path
 
 
@@ -239,7 +245,8 @@ class SessionStore:
                 error = SessionStoreBusy if _is_busy(exc) else UsageError
                 raise error(f"cannot open the session store {self.path}: {exc}") from None
             except OSError as exc:
-                raise UsageError(f"cannot open the session store {self.path}: {exc}") from None
+                reason = exc.strerror or exc
+                raise UsageError(f"cannot open the session store {self.path}: {reason}") from None
             self._db = db
         return self._db
 

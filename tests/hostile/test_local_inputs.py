@@ -522,3 +522,23 @@ def test_a_batch_output_that_fills_up_is_an_error_naming_it(
     rows.write_text('{"ticket": "a"}\n', encoding="utf-8")
     err = _refused(capsys, _batch(agent, rows, "/dev/full"))  # an OSError traceback before
     assert "cannot write /dev/full (--output): No space left on device" in err
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_a_session_store_that_is_a_link_is_not_written_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], dangling: bool
+) -> None:
+    victim = tmp_path / "elsewhere" / "victim"
+    victim.parent.mkdir()
+    if not dangling:
+        victim.write_text("precious\n", encoding="utf-8")
+    link = tmp_path / "project" / ".openprogram" / "sessions.db"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(victim)
+    with SessionStore(link) as store, pytest.raises(UsageError, match="a symbolic link"):
+        store.open("s1", "bot", "talk")
+    # Neither written into (SQLite made it a store) nor created where the link points.
+    if dangling:
+        assert not victim.exists()
+    else:
+        assert victim.read_text(encoding="utf-8") == "precious\n"

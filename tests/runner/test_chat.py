@@ -481,20 +481,25 @@ def test_a_file_attached_with_slash_file_goes_with_the_next_message_only(tmp_pat
     )
 
 
-@pytest.mark.parametrize("kind", ["fifo", "folder"])
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link"])
 def test_an_input_history_that_is_no_regular_file_is_not_kept_and_the_chat_goes_on(
     tmp_path: Path, kind: str
 ) -> None:
     (tmp_path / "pal.yaml").write_text(OFFLINE % "v1")
     history = tmp_path / ".openprogram" / "chat_history"
     history.parent.mkdir()
+    victim = tmp_path / "bashrc"
+    victim.write_text("precious\n")
     if kind == "fifo":
         os.mkfifo(history)  # appending to it waited for a reader: the chat hung
-    else:
+    elif kind == "folder":
         history.mkdir()  # a traceback on the terminal
+    else:
+        history.symlink_to(victim)  # each message typed was appended to the file linked
     with _chat(["pal.yaml", "talk"], tmp_path) as term:
         shown = term.wait_for(PROMPT)
-        assert "input history not kept" in shown and "not a regular file" in shown
+        reason = "a symbolic link" if kind == "link" else "not a regular file"
+        assert "input history not kept" in shown and reason in shown
         term.type("hi\r")
         term.wait_for("test reply to: v1 hi")
         term.type("again\r")
@@ -502,3 +507,4 @@ def test_an_input_history_that_is_no_regular_file_is_not_kept_and_the_chat_goes_
         term.wait_for(PROMPT)
         assert term.close() == 0
     assert "Traceback" not in term.shown.decode(errors="replace")
+    assert victim.read_text() == "precious\n"
