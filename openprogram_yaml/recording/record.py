@@ -213,8 +213,13 @@ class RecordingSelector:
                 }
             ),
         }
-        path = self.directory / label_dir(label) / f"{key}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.directory / label_dir(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        if folder.is_symlink():
+            # A label folder the repository links elsewhere would take the recordings (the
+            # prompts, the replies) out of DIR, to wherever it points.
+            raise OSError(f"{folder} is a symbolic link; recordings are not written through one")
+        path = folder / f"{key}.yaml"
         write_atomically(path, FILE_HEADER + dump_yaml(record))
         with self._lock:
             self.written.append(path)

@@ -542,3 +542,18 @@ def test_a_session_store_that_is_a_link_is_not_written_through(
         assert not victim.exists()
     else:
         assert victim.read_text(encoding="utf-8") == "precious\n"
+
+
+def test_a_recording_label_folder_linked_elsewhere_is_not_written_through(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    (folder / "tagger.tag").symlink_to(elsewhere)  # as a repository may hold it
+    code = main([str(agent), "tag", "-i", "ticket=x", "--record", str(folder)])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "is a symbolic link; recordings are not written through one" in err
+    assert list(elsewhere.iterdir()) == []
