@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as types
 
 from ..json_types import JSONValue, parse_json
+from ..redaction import redact, redact_json
+from ..run.record import run_secrets
 
 if TYPE_CHECKING:
     from ..compile.program import Agent, Method, Program
@@ -67,19 +69,23 @@ class Catalog:
         structured: set[str] = set()
         for agent_name in sorted(program.agents):
             agent = program.agents[agent_name]
+            # A description, or a schema's description or default, may read ``${env:…}``:
+            # redacted as serve's /agents and /v1/models are (they were listed as read).
+            secrets = run_secrets(agent)
             for method_name in sorted(agent.methods):
                 method = agent.methods[method_name]
                 name = f"{agent.name}.{method.name}"
-                description = _description(agent, method)
+                description = redact(_description(agent, method), secrets)
                 methods[name] = MethodRef(agent.name, method.name, description)
                 output_schema = _output_schema(method)
                 if output_schema is not None:
                     structured.add(name)
+                    output_schema = redact_json(output_schema, secrets)
                 tools.append(
                     types.Tool(
                         name=name,
                         description=description,
-                        input_schema=dict(method.input_schema),
+                        input_schema=redact_json(dict(method.input_schema), secrets),
                         output_schema=output_schema,
                     )
                 )
@@ -87,7 +93,7 @@ class Catalog:
                     types.Prompt(
                         name=name,
                         description=description,
-                        arguments=_prompt_arguments(method),
+                        arguments=_prompt_arguments(method, secrets),
                     )
                 )
         return cls(program.version, tuple(tools), tuple(prompts), methods, frozenset(structured))
@@ -125,7 +131,7 @@ def _output_schema(method: Method) -> dict[str, Any] | None:
     return dict(schema)
 
 
-def _prompt_arguments(method: Method) -> list[types.PromptArgument]:
+def _prompt_arguments(method: Method, secrets: frozenset[str]) -> list[types.PromptArgument]:
     required = method.input_schema.get("required")
     needed = set(required) if isinstance(required, list) else set()
     arguments = []
@@ -134,7 +140,7 @@ def _prompt_arguments(method: Method) -> list[types.PromptArgument]:
         arguments.append(
             types.PromptArgument(
                 name=name,
-                description=described if isinstance(described, str) else None,
+                description=redact(described, secrets) if isinstance(described, str) else None,
                 required=name in needed,
             )
         )

@@ -19,6 +19,8 @@ from typing import Any
 import mcp_types as types
 import pytest
 
+from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.mcp.catalog import Catalog
 from openprogram_yaml.mcp.stdio import StdinLines, refusal_of_line, response_in_place_of
 
 #: Generous: a subprocess starts in about a second.
@@ -270,3 +272,45 @@ def test_an_unreadable_response_reaches_the_sdk_as_an_error_with_its_id() -> Non
     for other in ('{"id": 4, "method": "x", "params": 3}', '{"result": [1]}'):
         found = refusal_of_line(other)
         assert found is not None and response_in_place_of(other, found) is None
+
+
+SECRET = "zq-secret-value-7781"
+
+SECRET_AGENT = """\
+version: 1
+name: desk
+model: test
+description: "A desk; ${env:MCP_FRONT_SECRET}"
+methods:
+  answer:
+    inputs:
+      ticket: {type: string, description: "t ${env:MCP_FRONT_SECRET}"}
+      tone: {type: string, default: "${env:MCP_FRONT_SECRET}"}
+    prompt: "Answer: {{ ticket }}"
+  label:
+    description: "Label ${env:MCP_FRONT_SECRET}"
+    inputs: {ticket: {type: string}}
+    prompt: "Label: {{ ticket }}"
+    response_schema:
+      type: object
+      properties: {label: {type: string, description: "${env:MCP_FRONT_SECRET}"}}
+      required: [label]
+"""
+
+
+def test_the_tools_and_prompts_listed_show_no_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A description, or a schema's description or default, reading ``${env:…}`` was listed
+    by tools/list and prompts/list as read (serve's /agents and /v1/models redact it)."""
+    monkeypatch.setenv("MCP_FRONT_SECRET", SECRET)
+    agent = tmp_path / "desk.yaml"
+    agent.write_text(SECRET_AGENT, encoding="utf-8")
+    catalog = Catalog.of(compile_path(agent))
+    listed = json.dumps(
+        [item.model_dump(mode="json", by_alias=True) for item in (*catalog.tools, *catalog.prompts)]
+    )
+    assert SECRET not in listed and "***" in listed
+    assert all(SECRET not in ref.description for ref in catalog.methods.values())
+    tool = next(t for t in catalog.tools if t.name == "desk.label")
+    assert tool.output_schema is not None  # still promised, redacted
