@@ -7,6 +7,7 @@ Exit status: 0 success, 1 the run failed (an ``LLMError``, a ``DecisionError``, 
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 
@@ -1395,11 +1396,29 @@ def _startup_done() -> None:
 
 
 def entrypoint() -> NoReturn:
+    import contextlib
     import gc
+    import os
 
     global _quiet_startup
     gc.disable()
     _quiet_startup = True
-    code = main()
+    try:
+        code = main()
+        sys.stdout.flush()  # here, where a failure is said, not at exit
+    except OSError as exc:
+        # Standard output that cannot be written (a full disk: `> out.txt`, /dev/full) is
+        # said in a line, not a traceback. Any other OSError is a bug and shows as one.
+        if exc.filename is not None or exc.errno not in _OUTPUT_FAILURES:
+            raise
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"error: cannot write the output: {exc.strerror}\n")
+        os._exit(1)  # no flush at exit: it would fail, and say so, again
     gc.freeze()
     sys.exit(code)
+
+
+#: What writing the standard output fails with when it has nowhere to go.
+_OUTPUT_FAILURES = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG", "EIO") if hasattr(errno, name)
+)

@@ -557,3 +557,31 @@ def test_a_recording_label_folder_linked_elsewhere_is_not_written_through(
     assert code == 1, err
     assert "is a symbolic link; recordings are not written through one" in err
     assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("buffered", [True, False])
+@pytest.mark.parametrize(
+    "argv", [["--version"], ["check", "AGENT"], ["AGENT", "tag", "-i", "ticket=x"]]
+)
+def test_standard_output_that_cannot_be_written_is_said_in_a_line(
+    agent: Path, argv: list[str], buffered: bool
+) -> None:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    code = "from openprogram_yaml.runner.cli import entrypoint; entrypoint()"
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *(str(agent) if a == "AGENT" else a for a in argv)],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+    assert proc.returncode == 1, proc.stderr  # a traceback before
+    assert proc.stderr == "error: cannot write the output: No space left on device\n"
