@@ -167,13 +167,22 @@ class _TopLevel:
     answer: bool = False
 
 
+#: How much of a line is scanned for its top-level keys: clients write ``id`` and
+#: ``method`` (or ``result``) before ``params``, and a line of 64 MiB of short strings took
+#: 4 s to scan whole, the event loop waiting.
+_SCANNED = 1 << 20
+
+
 def _top_level(line: str) -> _TopLevel:
-    """The top-level keys of the message ``line`` that say what it is, found by scanning,
-    not parsing: the line may be no JSON, or nest past any parser's limit."""
+    """The top-level keys of the message ``line`` that say what it is, found by scanning
+    its first ``_SCANNED`` characters, not parsing: the line may be no JSON, or nest past
+    any parser's limit."""
     depth = 0
     request_id: int | str | None = None
     method = answer = False
-    for token in _TOKEN.finditer(line):
+    for token in _TOKEN.finditer(line, 0, _SCANNED):
+        if request_id is not None and (method or answer):
+            break
         text = token.group()
         if text in "[{":
             depth += 1

@@ -314,3 +314,14 @@ def test_the_tools_and_prompts_listed_show_no_secret(
     assert all(SECRET not in ref.description for ref in catalog.methods.values())
     tool = next(t for t in catalog.tools if t.name == "desk.label")
     assert tool.output_schema is not None  # still promised, redacted
+
+
+def test_only_the_start_of_an_unreadable_line_is_scanned_for_its_id() -> None:
+    """A line of 64 MiB of short strings took 4 s to scan whole for its id, the event loop
+    (every other request) waiting: the first MiB is scanned, where clients write ``id``
+    and ``method`` (before ``params``)."""
+    params = '"params": {"x": [' + ",".join(['"a"'] * (1 << 20)) + "], NaN}"
+    first = refusal_of_line('{"jsonrpc": "2.0", "id": 3, "method": "m", ' + params + "}")
+    last = refusal_of_line('{"jsonrpc": "2.0", ' + params + ', "id": 3, "method": "m"}')
+    assert first is not None and first.id == 3
+    assert last is not None and last.id is None
