@@ -24,6 +24,7 @@ from ..runtime.validation import SchemaValidator
 from ..spec.diagnostics import did_you_mean
 from ..spec.models import ExpectSpec, TestCaseSpec, ToolCallExpectSpec, ToolDoubleSpec
 from ..spec.positions import Position
+from ..spec.regex_safety import nested_repetition
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext
@@ -183,6 +184,18 @@ def _expectations(
             regex = re.compile(spec.regex)
         except re.error as exc:
             col.at(source, (*loc, "regex"), f"invalid regular expression: {exc}")
+        else:
+            if nested_repetition(spec.regex) is not None:
+                # Searched in a model's output, it hung `openprogram-run test` (re has no
+                # time limit): forty 'a' and a '!' against (a+)+$ take minutes.
+                regex = None
+                col.at(
+                    source,
+                    (*loc, "regex"),
+                    f"regular expression {spec.regex!r} nests unbounded repetitions (as "
+                    "(a+)+ does): searching an output with it can take exponential time; "
+                    "write it without the nesting (a+ for (a+)+)",
+                )
     schema = None
     if spec.schema_ is not None:
         bundled, valid = col.schema(

@@ -585,3 +585,31 @@ def test_standard_output_that_cannot_be_written_is_said_in_a_line(
         )
     assert proc.returncode == 1, proc.stderr  # a traceback before
     assert proc.stderr == "error: cannot write the output: No space left on device\n"
+
+
+def test_a_tests_file_regex_nesting_repetitions_is_refused_not_searched_for_minutes(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "openprogram.yaml").write_text(
+        "version: 1\nagents: ['agent.yaml']\ntests: ['t.yaml']\n", encoding="utf-8"
+    )
+    tests = tmp_path / "t.yaml"
+    tests.write_text(
+        "version: 1\nagent: tagger\ntests:\n  - name: d\n    method: tag\n"
+        "    inputs: {ticket: " + "a" * 40 + "!}\n    expect: {regex: '(a+)+$'}\n",
+        encoding="utf-8",
+    )
+    import subprocess
+    import sys
+
+    # In a child process: a search that backtracks holds the interpreter's lock, so no
+    # thread of this one could give up on it. (The test model echoes the ticket.)
+    proc = subprocess.run(
+        [sys.executable, "-m", "openprogram_yaml", "test", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"{tests}:7:" in proc.stderr and "nests unbounded repetitions" in proc.stderr
+    assert "Traceback" not in proc.stderr
