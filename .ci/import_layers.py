@@ -33,6 +33,8 @@ BASE: dict[str, frozenset[str]] = {
     "access": frozenset(),
     # Running git on an untrusted repository (version stamps, diff's checkouts).
     "_git": frozenset(),
+    # Regular expressions of a repository that would backtrack without end (tests, schemas).
+    "regex_safety": frozenset(),
 }
 
 #: The contract, top (front ends) to bottom. Read "runner may import run, compile, …".

@@ -137,6 +137,19 @@ def test_a_number_of_too_many_digits_in_a_schema_file_is_said_plainly(
     assert "set_int_max_str_digits" not in err
 
 
+@pytest.mark.parametrize("where", ["inputs: {q: {type: string, pattern: '^(a+)+$'}}", "response"])
+def test_a_schema_pattern_nesting_repetitions_is_a_positioned_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # Checking a served input or a model's reply against it (Python's re words the
+    # validator's error) backtracked for minutes on forty 'a' and a '!', holding the server.
+    if where == "response":
+        where = "response_schema: {type: string, pattern: '(\\w+\\s?)*$'}"
+    path = _agent(tmp_path, f"prompt: hi\n{where}\n")
+    err = _refused(capsys, ["check", str(path)])
+    assert "nests unbounded repetitions" in _positioned(err, path, 7)[0]
+
+
 # --- undecodable bytes ------------------------------------------------------------------------
 
 _GOOD = "version: 1\nname: a\nmodel: test\nmethods:\n  m:\n    prompt: hi\n"

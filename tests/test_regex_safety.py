@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from openprogram_yaml.spec.regex_safety import nested_repetition
+from openprogram_yaml.regex_safety import nested_repetition
 
 
 @pytest.mark.parametrize(
