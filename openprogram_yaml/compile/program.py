@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputValidationError, UsageError
+from ..errors import MAX_ISSUES, InputValidationError, UsageError
 from ..json_types import JSONObject, JSONValue
 from ..redaction import redact
 from ..runtime.content import MediaError, media_block, media_types, media_value
@@ -41,6 +41,9 @@ __all__ = [
 ]
 
 
+#: Unknown inputs named one by one in an error (the last of its ``MAX_ISSUES`` counts the
+#: rest): a client may send a million, and each named is looked up for a "did you mean".
+_NAMED_UNKNOWN = MAX_ISSUES - 1
 #: What a file input renders as in a template: cut out again into its content block.
 _FILE_MARK = "\ue000file:"
 _FILE_END = "\ue001"
@@ -142,8 +145,17 @@ def unfit_input(value: JSONValue, where: str) -> str | None:
 
 
 def _did_you_mean(name: str, names: list[str]) -> str:
+    # A name over 7/3 the longest one's length matches none at difflib's 0.6 (its ratio is
+    # at most 2 * shorter / both): not compared, as a client's 27 MB name took seconds.
+    if len(name) * 3 > max(map(len, names), default=0) * 7:
+        return ""
     close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def _shown_name(name: str) -> str:
+    """A name a caller gave, quoted, and cut short when it is long."""
+    return repr(name) if len(name) <= 80 else repr(name[:77] + "...")
 
 
 def prompt_version(
@@ -246,7 +258,12 @@ class Method:
         unknown = [k for k in given if k not in self.inputs]
         if unknown:
             names = sorted(self.inputs)
-            problems = [f"unknown input '{k}'{_did_you_mean(k, names)}" for k in unknown]
+            problems = [
+                f"unknown input {_shown_name(k)}{_did_you_mean(k, names)}"
+                for k in unknown[:_NAMED_UNKNOWN]
+            ]
+            if len(unknown) > _NAMED_UNKNOWN:
+                problems.append(f"and {len(unknown) - _NAMED_UNKNOWN:,} more unknown inputs")
             declared = ", ".join(names) if names else "none"
             raise InputValidationError(
                 f"method '{self.name}' of agent '{self.agent}' got unknown inputs "
