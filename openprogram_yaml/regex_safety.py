@@ -6,8 +6,9 @@ classic shape is an unbounded repetition whose body is made of unbounded repetit
 optional items only (``(a+)+``, ``(\\w+\\s?)*``, ``(a*)*``): the text can be split among
 the inner and outer loops in exponentially many ways. A body with a character it must
 match besides its loops (``(\\.\\d+)*``, a version number's) is not that shape and passes.
-This is a heuristic for the shape, not a proof of safety: alternations that overlap
-(``(a|a)+``) are not caught.
+A loop of bounded but varying length counts (``(a{1,5})+``), and so does an alternation
+with such a branch (``(a+|b)+``). This is a heuristic for the shape, not a proof of
+safety: alternations whose branches overlap otherwise (``(a|ab)+``) are not caught.
 """
 
 from __future__ import annotations
@@ -85,15 +86,26 @@ def _loops_only(body: list[tuple[Any, Any]]) -> bool:
                 continue
             return False
         if op in _REPEATS:
-            if av[1] == _sre.MAXREPEAT and _matches_something(list(av[2])):
+            # A loop of many lengths (a+, or a{1,5}: a pass takes 1 to 5 of a run) lets each
+            # outer pass take any share of a run; a fixed count (a{2}) does not.
+            if av[1] > max(av[0], 1) and _matches_something(list(av[2])):
                 unbounded = True
                 continue
             if av[0] == 0:
                 continue  # optional: x? or x{0,3}
             return False
+        if op == _sre.BRANCH:
+            # (a+|b)+: a pass through the a+ branch takes any share of a run of a.
+            branches = [list(branch) for branch in av[1]]
+            if any(_loops_only(branch) for branch in branches):
+                unbounded = True
+                continue
+            if any(_optional(branch) for branch in branches):
+                continue  # (b|): optional
+            return False
         if op in _ONE_CHAR:
             return False
-        return False  # a branch, a back reference, an atomic group: not this shape
+        return False  # a back reference, an atomic group: not this shape
     return unbounded
 
 
