@@ -85,8 +85,8 @@ def unicode_value(value: object) -> object:
     need nothing are returned as they are."""
     if isinstance(value, str):
         return unicode_text(value)
-    if not isinstance(value, dict | list):
-        return value
+    if not isinstance(value, dict | list) or _all_text_valid(value):
+        return value  # every result passes here: a read-only walk, ASCII text not encoded
     root: list[Any] = [value]
     stack: list[tuple[Any, Any]] = [(root, 0)]
     while stack:
@@ -104,6 +104,24 @@ def unicode_value(value: object) -> object:
                 parent[slot] = item
             stack.extend((item, key) for key in item)
     return root[0]
+
+
+def _all_text_valid(value: object) -> bool:
+    """Whether no string in ``value`` (keys too) holds a lone surrogate."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii() and unicode_text(item) is not item:
+                return False
+        elif isinstance(item, dict):
+            for key in item:
+                if isinstance(key, str) and not key.isascii() and unicode_text(key) is not key:
+                    return False
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def cap_text(text: str, limit: int, *, unit: str = "characters") -> str:
