@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import TypeAlias
 
-__all__ = ["JSONObject", "JSONValue", "parse_json"]
+__all__ = ["JSONObject", "JSONValue", "is_text", "parse_json"]
 
 JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None"
 JSONObject: TypeAlias = "dict[str, JSONValue]"
@@ -36,3 +36,16 @@ def parse_json(text: str | bytes) -> JSONValue:
             "a number has more digits than the JSON decoder reads", shown, 0
         ) from None
     return value
+
+
+def is_text(value: str) -> bool:
+    """Whether ``value`` is Unicode text that UTF-8 (a record, a request, a reply) can carry:
+    False when it holds a lone surrogate (JSON's "\\ud800", or a byte that is not UTF-8 in a
+    name, an environment value or a command line, which Python keeps so)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

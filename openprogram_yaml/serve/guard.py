@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ..access import LOOPBACK_NAMES, is_same_origin
-from ..json_types import JSONValue
+from ..json_types import JSONValue, is_text
 
 __all__ = [
     "LOOPBACK_HOSTS",
@@ -209,7 +209,7 @@ def _has_too_many_items(text: str) -> bool:
 
 def _has_lone_surrogate(text: str) -> bool:
     """Whether valid JSON ``text`` decodes to a string (or key) holding half of a pair."""
-    if not text.isascii() and not _is_text(text):
+    if not is_text(text):
         return True  # a surrogate written as such: only a string can hold it, and alone
     if _SURROGATE.search(text) is None:
         return False
@@ -234,14 +234,6 @@ def _deeper_than(value: JSONValue, limit: int) -> bool:
         ]
         if not level:
             return False
-    return True
-
-
-def _is_text(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
     return True
 
 

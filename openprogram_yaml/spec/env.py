@@ -16,6 +16,7 @@ from itertools import pairwise
 from typing import Any
 
 from ..errors import Diagnostic
+from ..json_types import is_text
 from .yamlread import Loc, SourceMap
 
 __all__ = ["EnvExpansion", "expand_env"]
@@ -90,16 +91,6 @@ def _in_server_env(loc: Loc) -> bool:
     return any(pair == ("mcp", "env") for pair in pairwise(loc))
 
 
-def _is_text(value: str) -> bool:
-    """Whether an environment value is UTF-8 text: bytes that are not are kept by ``os`` as
-    lone surrogates, which no file, request or record can encode."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _field_name(loc: Loc) -> str:
     return ".".join(str(p) for p in loc) or "the document"
 
@@ -139,7 +130,7 @@ def _expand(
             return token
         out.names.add(name)
         found = env.get(name)
-        if found is not None and not _is_text(found):
+        if found is not None and not is_text(found):
             out.diagnostics.append(
                 Diagnostic(
                     pos.path,

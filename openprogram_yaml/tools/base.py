@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from openprogram_yaml.errors import ToolError
-from openprogram_yaml.json_types import JSONObject, JSONValue
+from openprogram_yaml.json_types import JSONObject, JSONValue, is_text
 from openprogram_yaml.runtime.validation import SchemaValidator
 from openprogram_yaml.runtimes.protocol import ToolSpec
 
@@ -68,14 +68,10 @@ def unicode_text(text: str) -> str:
     Python function's string, a reply in charset utf-7 or unicode_escape): no request,
     record or trace can be written in UTF-8 with one (the record of the run failed with a
     UnicodeEncodeError traceback after it)."""
-    if text.isascii():
+    if is_text(text):
         return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        # Through UTF-16, whole pairs become their character again; lone halves U+FFFD.
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
+    # Through UTF-16, whole pairs become their character again; lone halves U+FFFD.
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def unicode_value(value: object) -> object:
@@ -112,11 +108,11 @@ def _all_text_valid(value: object) -> bool:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if not item.isascii() and unicode_text(item) is not item:
+            if not is_text(item):
                 return False
         elif isinstance(item, dict):
             for key in item:
-                if isinstance(key, str) and not key.isascii() and unicode_text(key) is not key:
+                if isinstance(key, str) and not is_text(key):
                     return False
             stack.extend(item.values())
         elif isinstance(item, list):
