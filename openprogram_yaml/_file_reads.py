@@ -18,6 +18,7 @@ __all__ = [
     "FileTooLarge",
     "NotRegularFile",
     "file_stamp",
+    "open_regular",
     "read_regular_file",
 ]
 
@@ -62,20 +63,33 @@ class FileTooLarge(FileRefused):
         self.limit = limit
 
 
+#: O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+#: O_NOCTTY: a terminal named as a file must not become the controlling terminal of a
+#: process without one (a server started with setsid), whose hang-up would then stop it.
+_READ_FLAGS = os.O_RDONLY
+for _flag in ("O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC"):
+    _READ_FLAGS |= getattr(os, _flag, 0)
+
+
+def open_regular(path: str | os.PathLike[str]) -> int | None:
+    """A descriptor for reading ``path`` when it is a regular file, None when it is a folder,
+    FIFO, socket or device (opened without waiting, and closed again); ``OSError`` as
+    ``os.open`` raises it."""
+    descriptor = os.open(path, _READ_FLAGS)
+    if stat.S_ISREG(os.fstat(descriptor).st_mode):
+        return descriptor
+    os.close(descriptor)
+    return None
+
+
 def read_regular_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them.
 
     Raises ``FileTooLarge`` when it holds more, ``NotRegularFile`` for a folder, FIFO, socket
     or device, ``FileRefused`` when it is missing or cannot be opened or read.
     """
-    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
-    # O_NOCTTY: a terminal named as a file must not become the controlling terminal of a
-    # process without one (a server started with setsid), whose hang-up would then stop it.
-    flags = os.O_RDONLY
-    for name in ("O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC"):
-        flags |= getattr(os, name, 0)
     try:
-        descriptor = os.open(path, flags)
+        descriptor = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
         raise FileRefused("file not found") from None
     except OSError as exc:

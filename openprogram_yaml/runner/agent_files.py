@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from pathlib import Path
 
+from .._file_reads import open_regular
 from ..compile.paths import PROJECT_FILE, display_path
 from ..errors import ConfigError, Diagnostic
 from ..spec.textfile import MAX_TEXT_BYTES
@@ -55,16 +55,12 @@ def _is_agent_file(file: Path) -> bool:
     """Whether ``file`` has ``methods:`` at the start of a line, read a line at a time (a
     folder may hold large YAML data beside its agents) and only as far as a file is read
     at all (``MAX_TEXT_BYTES``: compiling a larger one reports it)."""
-    flags = os.O_RDONLY
-    for name in ("O_NONBLOCK", "O_NOCTTY", "O_CLOEXEC"):
-        flags |= getattr(os, name, 0)
     try:
         # Opened without blocking and looked at first: a FIFO named like an agent file
         # hung `check` of its folder, waiting for a writer. Nor is a device (a link to
         # /dev/zero) an agent file.
-        descriptor = os.open(file, flags)
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            os.close(descriptor)
+        descriptor = open_regular(file)
+        if descriptor is None:
             return False
         with os.fdopen(descriptor, "rb") as stream:
             at_line_start, read = True, 0
