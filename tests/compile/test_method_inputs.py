@@ -4,12 +4,13 @@ inputs skips the schema check, and the file inputs are worked out once per metho
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from openprogram_yaml.compile.program import _NO_INPUTS_SCHEMA, Method
+from openprogram_yaml.compile.program import _NO_INPUTS_SCHEMA, Method, unfit_input
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import InputValidationError
 from openprogram_yaml.json_types import JSONValue
@@ -131,3 +132,28 @@ def test_the_file_inputs_are_worked_out_once_and_as_before(write: Any, tmp_path:
         assert any(block.get("type") == "image" for block in blocks), blocks
     copy = dataclasses.replace(photo, inputs={"caption": {"type": "string"}})
     assert copy._file_inputs() == ()  # a changed copy works its own out
+
+
+def test_an_input_nested_past_the_recursion_limit_is_checked_without_recursion() -> None:
+    # A Python caller's input may nest deeper than the interpreter's limit: the check
+    # of every run's inputs raised RecursionError walking it.
+    deep: list[JSONValue] = []
+    inner = deep
+    for _ in range(2 * sys.getrecursionlimit()):
+        inner.append([])
+        inner = inner[0]  # type: ignore[assignment]
+    assert unfit_input(deep, "x") is None
+    inner.append(float("nan"))
+    problem = unfit_input(deep, "x")
+    assert problem is not None and problem.endswith("[0][0]: nan is not a JSON number")
+
+
+def test_the_first_unfit_value_is_named_by_its_path() -> None:
+    value: JSONValue = {"a": [1, {"b": "ok", "c\ud800": 2}], "d": float("inf")}
+    assert unfit_input(value, "x") == (
+        "x.a[1] (a key): text that is not valid Unicode (character 2 is a lone surrogate: "
+        "a byte that is not UTF-8, or half of a UTF-16 pair)"
+    )
+    assert (
+        unfit_input({"a": [1, 2.5], "d": [float("inf")]}, "x") == "x.d[0]: inf is not a JSON number"
+    )
