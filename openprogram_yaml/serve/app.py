@@ -284,8 +284,15 @@ def _extra_headers(exc: web.HTTPException) -> dict[str, str]:
 def _body_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:
     @web.middleware
     async def body(request: web.Request, handler: Handler) -> web.StreamResponse:
-        coding = request.headers.get("Content-Encoding", "identity").strip().lower()
-        if coding != "identity" and request.can_read_body:
+        # A list (RFC 9110: "gzip, br", maybe over two headers); identity and empty
+        # elements are no coding (an empty value was refused).
+        parts = (
+            part.strip().lower()
+            for value in request.headers.getall("Content-Encoding", ())
+            for part in value.split(",")
+        )
+        coding = ", ".join(part for part in parts if part and part != "identity")
+        if coding and request.can_read_body:
             # Not decompressed (Server: auto_decompress=False): 1 MB of gzip is 1 GB of
             # JSON, which aiohttp's parser inflated as it arrived, before any limit (a peak
             # of 350 MB a request), and a body that was no gzip at all was a 500.

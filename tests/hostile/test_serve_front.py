@@ -293,14 +293,27 @@ def test_a_compressed_body_is_refused_and_never_inflated(tmp_path: Path) -> None
                 assert "send the body uncompressed" in reply["error"]
                 assert peak < 16 << 20, f"{peak >> 20} MB"
             assert server.state.history.summaries() == []
-            # identity is no compression
-            head = (
-                f"POST /run/echo/say HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-                "Content-Type: application/json\r\nContent-Encoding: identity\r\n"
-                "Content-Length: 8\r\nConnection: close\r\n\r\n"
-            )
-            status, reply = await exchange(port, head.encode() + b'{"x": 1}')
-            assert status == 200 and reply["status"] == "ok"
+            # identity is no compression, nor is an empty value or list element (RFC 9110)
+            for coding in ("identity", "Identity", "", "identity, ", ","):
+                head = (
+                    f"POST /run/echo/say HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                    f"Content-Type: application/json\r\nContent-Encoding: {coding}\r\n"
+                    "Content-Length: 8\r\nConnection: close\r\n\r\n"
+                )
+                status, reply = await exchange(port, head.encode() + b'{"x": 1}')
+                assert status == 200 and reply["status"] == "ok", (coding, reply)
+            # a coding in a list, or in a second header, is one
+            for headers in (
+                "Content-Encoding: identity, gzip\r\n",
+                "Content-Encoding: identity\r\nContent-Encoding: gzip\r\n",
+            ):
+                head = (
+                    f"POST /run/echo/say HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                    f"Content-Type: application/json\r\n{headers}"
+                    "Content-Length: 8\r\nConnection: close\r\n\r\n"
+                )
+                status, reply = await exchange(port, head.encode() + b'{"x": 1}')
+                assert status == 415, (headers, reply)
 
     asyncio.run(scenario())
 
