@@ -9,6 +9,7 @@ from them once the line is fixed.
 
 from __future__ import annotations
 
+import collections
 import csv
 import hashlib
 import json
@@ -126,12 +127,13 @@ def _csv(lines: Iterable[str], name: str) -> Iterator[tuple[str, JSONObject]]:
     header = [h.lstrip("\ufeff").strip() for h in header]
     if not any(header):
         raise BatchInputError(f"{name}:1: the first line must name the columns")
-    twice = sorted({h for h in header if header.count(h) > 1})
+    # Counted once (header.count for each column took minutes for 100,000 columns).
+    twice = sorted(h for h, n in collections.Counter(header).items() if n > 1)
     if twice:
         # A row would keep the last of the two values and drop the other unseen.
-        raise BatchInputError(
-            f"{name}:1: column {', '.join(repr(h) for h in twice)} is named more than once"
-        )
+        shown = ", ".join(repr(h[:80]) for h in twice[:5])
+        more = f" (and {len(twice) - 5:,} more)" if len(twice) > 5 else ""
+        raise BatchInputError(f"{name}:1: column {shown}{more} is named more than once")
     while True:
         try:
             cells = next(reader)
