@@ -15,7 +15,7 @@ MCP prompt arguments are strings; an input whose schema is not a string takes JS
 
 Tool arguments and prompt arguments are JSON: ``NaN`` and ``Infinity`` (which the SDK's
 parser and ``json.loads`` both read, and ``1e999`` becomes) are none. A tool call holding one
-is refused (``non_finite``); a prompt argument that reads as one stays text, which the
+is refused (``unfit_arguments``); a prompt argument that reads as one stays text, which the
 input check then refuses. Either way no run or record holds one (a records line saying
 ``NaN`` is no JSON).
 """
@@ -23,7 +23,6 @@ input check then refuses. Either way no run or record holds one (a records line 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,7 +36,7 @@ from ..run.record import run_secrets
 if TYPE_CHECKING:
     from ..compile.program import Agent, Method, Program
 
-__all__ = ["Catalog", "MethodRef", "arguments_to_inputs", "non_finite"]
+__all__ = ["Catalog", "MethodRef", "arguments_to_inputs", "unfit_arguments"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,21 +159,13 @@ def arguments_to_inputs(method: Method, arguments: Mapping[str, str]) -> dict[st
             value = parse_json(text)
         except ValueError:
             value = text  # the input check says what is wrong with it
-        inputs[name] = text if non_finite(value) else value
+        inputs[name] = text if unfit_arguments(value) is not None else value
     return inputs
 
 
-def non_finite(value: object) -> bool:
-    """Whether JSON data ``value`` holds a float that is NaN or infinite (a loop, not
-    recursion: any depth the parser let through)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+def unfit_arguments(value: object) -> str | None:
+    """What in JSON data ``value`` is no JSON (NaN, an infinity, a lone surrogate), or
+    None: the input check every run makes (``unfit_input``), asked before a run starts."""
+    from ..compile.program import unfit_input
+
+    return unfit_input(value, "arguments")  # type: ignore[arg-type]  # what the SDK parsed

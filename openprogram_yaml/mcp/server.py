@@ -42,7 +42,7 @@ from ..redaction import redact
 from ..run.record import RunRecord, run_secrets
 from ..run.render import render_method
 from .asking import CALLER, Caller, can_elicit
-from .catalog import Catalog, MethodRef, arguments_to_inputs, non_finite
+from .catalog import Catalog, MethodRef, arguments_to_inputs, unfit_arguments
 from .progress import RunProgress, wants_progress
 
 if TYPE_CHECKING:
@@ -156,11 +156,13 @@ class RepositoryServer:
     ) -> types.CallToolResult:
         catalog = self.catalog()
         ref = self._find(catalog, params.name, "tool")
-        if non_finite(params.arguments):
+        problem = unfit_arguments(params.arguments)
+        if problem is not None:
             raise MCPError(
                 types.INVALID_PARAMS,
-                f"the arguments of tool '{params.name}' hold NaN or Infinity (or a number too "
-                "large for a float), which JSON has no value for",
+                f"the arguments of tool '{params.name}' are no JSON ({problem}): NaN or "
+                "Infinity (or a number too large for a float) and lone surrogates have no value "
+                "in it",
             )
         caller = Caller(ctx.session, ctx.request_id) if can_elicit(ctx.session) else None
         progress = None

@@ -129,6 +129,7 @@ def test_nan_or_infinity_in_arguments_runs_nothing_and_records_nothing(
             refused = await reply(line)
             assert refused["id"] == 2 and refused["error"]["code"] == -32602
             assert "NaN or Infinity" in refused["error"]["message"]
+            assert "(arguments.n[0]: " in refused["error"]["message"]  # where, as -i says it
             get = (
                 '{"jsonrpc": "2.0", "id": 3, "method": "prompts/get", "params": '
                 f'{{"name": "desk.scale", "arguments": {{"ticket": "x", "n": "[{number}]"}}}}}}\n'
