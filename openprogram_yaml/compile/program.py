@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 import json
 import math
@@ -19,6 +18,7 @@ from ..json_types import JSONObject, JSONValue, is_text
 from ..redaction import redact
 from ..runtime.content import MediaError, media_block, media_types, media_value
 from ..runtime.validation import SchemaValidator
+from ..spec.diagnostics import did_you_mean
 from .build import ReadSet
 
 if TYPE_CHECKING:
@@ -197,15 +197,6 @@ def _unfit_text(text: str, where: str) -> str:
     )
 
 
-def _did_you_mean(name: str, names: list[str]) -> str:
-    # A name over 7/3 the longest one's length matches none at difflib's 0.6 (its ratio is
-    # at most 2 * shorter / both): not compared, as a client's 27 MB name took seconds.
-    if len(name) * 3 > max(map(len, names), default=0) * 7:
-        return ""
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-    return f"; did you mean '{close[0]}'?" if close else ""
-
-
 def _shown_name(name: str) -> str:
     """A name a caller gave, quoted, and cut short when it is long."""
     return repr(name) if len(name) <= 80 else repr(name[:77] + "...")
@@ -312,7 +303,7 @@ class Method:
         if unknown:
             names = sorted(self.inputs)
             problems = [
-                f"unknown input {_shown_name(k)}{_did_you_mean(k, names)}"
+                f"unknown input {_shown_name(k)}{did_you_mean(k, names)}"
                 for k in unknown[:_NAMED_UNKNOWN]
             ]
             if len(unknown) > _NAMED_UNKNOWN:
@@ -461,7 +452,7 @@ class Agent:
         except KeyError:
             names = sorted(self.methods)
             raise UsageError(
-                f"agent '{self.name}' has no method '{name}'{_did_you_mean(name, names)}"
+                f"agent '{self.name}' has no method '{name}'{did_you_mean(name, names)}"
                 f" (methods: {', '.join(names)})"
             ) from None
 
@@ -528,5 +519,5 @@ class Program:
         except KeyError:
             names = sorted(self.agents)
             raise UsageError(
-                f"no agent '{name}'{_did_you_mean(name, names)} (agents: {', '.join(names)})"
+                f"no agent '{name}'{did_you_mean(name, names)} (agents: {', '.join(names)})"
             ) from None

@@ -43,7 +43,6 @@ failed run, 503 shutting down.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import json
 import mimetypes
 import time
@@ -66,6 +65,7 @@ from ..runtime.content import (
     media_types,
     media_value,
 )
+from ..spec.diagnostics import close_matches
 from .guard import media_refusal, read_json, shown
 from .served_run import start_run, status_of
 from .sse import EventStream
@@ -165,15 +165,8 @@ def find_method(program: Program, name: str) -> Method:
     method = table.get(name)
     if method is not None:
         return method
-    # A name can be within the cutoff (2 * matches / both lengths >= 0.75) of one at most
-    # 5/3 as long: difflib indexes every character of a longer one for nothing (a 27 MB
-    # name held the event loop, every other request waiting, for 3 s).
-    longest = max(map(len, table), default=0)
-    near = (
-        difflib.get_close_matches(name, table, n=3, cutoff=0.75)
-        if 3 * len(name) <= 5 * longest
-        else []
-    )
+    # (A name far longer than any model's is not compared: a 27 MB one held the loop 3 s.)
+    near = close_matches(name, table, n=3, cutoff=0.75)
     hint = f"did you mean {', '.join(repr(n) for n in near)}? " if near else ""
     raise OpenAIError(
         404,
