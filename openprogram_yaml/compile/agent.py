@@ -18,10 +18,10 @@ from .._file_reads import file_stamp
 from ..errors import Diagnostic
 from ..runtime.validation import SchemaValidator
 from ..runtimes.rules import RuntimeRule
-from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument, PartialDocument
 from ..spec.models import AgentSpec, ExecOptionsSpec, MethodSpec
 from ..spec.positions import TextOrigin
+from ..spec.suggest import did_you_mean
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap
 from .build import Build

@@ -18,7 +18,7 @@ from ..json_types import JSONObject, JSONValue, is_text
 from ..redaction import redact
 from ..runtime.content import MediaError, media_block, media_types, media_value
 from ..runtime.validation import SchemaValidator
-from ..spec.diagnostics import did_you_mean
+from ..spec.suggest import did_you_mean
 from .build import ReadSet
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, Diagnostic
-from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument, PartialDocument, load_agent_file, load_document
 from ..spec.models import ProjectSpec, TestFileSpec
+from ..spec.suggest import did_you_mean
 from ..spec.yamlread import SourceMap
 from .agent import PendingMethodTools, check_valid_parts, compile_agent
 from .build import (

@@ -22,9 +22,9 @@ from ..json_types import parse_json
 from ..regex_safety import nested_repetition
 from ..runtime.toolgate import ToolDouble
 from ..runtime.validation import SchemaValidator
-from ..spec.diagnostics import did_you_mean
 from ..spec.models import ExpectSpec, TestCaseSpec, ToolCallExpectSpec, ToolDoubleSpec
 from ..spec.positions import Position
+from ..spec.suggest import did_you_mean
 from ..spec.textfile import UnreadableFile, read_text
 from ..spec.yamlread import Loc, SourceMap
 from .context import Collector, ProjectContext

@@ -6,9 +6,9 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..runtime.toolsets import RESERVED_TOOLSETS
-from ..spec.diagnostics import did_you_mean
 from ..spec.loader import AgentDocument
 from ..spec.models import MethodSpec, ToolsetSpec
+from ..spec.suggest import did_you_mean
 from ..spec.yamlread import Loc
 from .context import Collector
 from .tools import mcp_server_names

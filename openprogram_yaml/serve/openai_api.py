@@ -65,7 +65,7 @@ from ..runtime.content import (
     media_types,
     media_value,
 )
-from ..spec.diagnostics import close_matches
+from ..spec.suggest import close_matches
 from .guard import media_refusal, read_json, shown
 from .served_run import start_run, status_of
 from .sse import EventStream
