@@ -89,7 +89,7 @@ def test_input_json_folder_is_refused(
 
 
 def test_input_json_from_a_pipe_is_read_up_to_its_limit(
-    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from openprogram_yaml.runner import cli
 
@@ -112,8 +112,7 @@ def test_input_json_from_a_pipe_is_read_up_to_its_limit(
     assert code == 0, captured.err
     assert "piped" in captured.out
 
-    monkeypatch.setattr(cli, "MAX_INPUT_JSON_BYTES", 64)
-    feed(b'{"ticket": "' + b"x" * 100 + b'"}')
+    feed(b'{"ticket": "' + b"x" * cli.MAX_INPUT_JSON_BYTES + b'"}')
     err = _refused(capsys, [str(agent), "tag", "--input-json", f"@{fifo}"])
     assert "larger than" in err
 
