@@ -7,9 +7,10 @@ One place for them, so that a value that is JSON says so instead of ``Any``; and
 from __future__ import annotations
 
 import json
+import math
 from typing import TypeAlias
 
-__all__ = ["JSONObject", "JSONValue", "is_text", "parse_json"]
+__all__ = ["JSONObject", "JSONValue", "holds_text_only", "is_text", "parse_json"]
 
 JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None"
 JSONObject: TypeAlias = "dict[str, JSONValue]"
@@ -48,4 +49,33 @@ def is_text(value: str) -> bool:
         value.encode("utf-8")
     except UnicodeEncodeError:
         return False
+    return True
+
+
+_PLAIN = frozenset({int, bool, type(None)})
+
+
+def holds_text_only(value: object, *, finite: bool = False) -> bool:
+    """Whether every string in ``value``, mapping keys too, is ``is_text``, and (``finite``)
+    every float is finite: what a record, a request or a reply can carry. Lists and dicts
+    are walked without recursion (any depth); ASCII text is not encoded."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind in _PLAIN:
+            continue
+        if kind is str or isinstance(item, str):
+            if not is_text(item):  # type: ignore[arg-type]
+                return False
+        elif isinstance(item, float):
+            if finite and not math.isfinite(item):
+                return False
+        elif isinstance(item, dict):
+            for key in item:
+                if isinstance(key, str) and not is_text(key):
+                    return False
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return True

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MAX_ISSUES, InputValidationError, UsageError
-from ..json_types import JSONObject, JSONValue, is_text
+from ..json_types import JSONObject, JSONValue, holds_text_only, is_text
 from ..redaction import redact
 from ..runtime.content import MediaError, media_block, media_types, media_value
 from ..runtime.validation import SchemaValidator
@@ -125,7 +125,7 @@ def unfit_input(value: JSONValue, where: str) -> str | None:
     100,000 numbers spelled as many paths, 24 ms a run)."""
     if isinstance(value, str):  # most inputs: no walk
         return None if is_text(value) else _unfit_text(value, where)
-    if type(value) in _PLAIN or _fits(value):
+    if holds_text_only(value, finite=True):
         return None
     stack: list[tuple[object, str | None, object]] = [(value, None, None)]
     while stack:
@@ -146,36 +146,7 @@ def unfit_input(value: JSONValue, where: str) -> str | None:
                 stack.extend((member, here, key) for key, member in reversed(item.items()))
             else:
                 stack.extend((item[i], here, i) for i in range(len(item) - 1, -1, -1))
-    return None  # (not reached: _fits found something)
-
-
-_PLAIN = frozenset({int, bool, type(None)})
-
-
-def _fits(value: object) -> bool:
-    """Whether ``value`` holds no unfit string, key or number (the walk without paths)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind in _PLAIN:
-            continue
-        if kind is str:
-            if not is_text(item):  # type: ignore[arg-type]
-                return False
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                return False
-        elif isinstance(item, dict):
-            for key in item:
-                if isinstance(key, str) and not is_text(key):
-                    return False
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, str) and not is_text(item):
-            return False
-    return True
+    return None  # (not reached: holds_text_only found something)
 
 
 def _path(where: str, parent: str | None, step: object) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from openprogram_yaml.errors import ToolError
-from openprogram_yaml.json_types import JSONObject, JSONValue, is_text
+from openprogram_yaml.json_types import JSONObject, JSONValue, holds_text_only, is_text
 from openprogram_yaml.runtime.validation import SchemaValidator
 from openprogram_yaml.runtimes.protocol import ToolSpec
 
@@ -81,7 +81,7 @@ def unicode_value(value: object) -> object:
     need nothing are returned as they are."""
     if isinstance(value, str):
         return unicode_text(value)
-    if not isinstance(value, dict | list) or _all_text_valid(value):
+    if not isinstance(value, dict | list) or holds_text_only(value):
         return value  # every result passes here: a read-only walk, ASCII text not encoded
     root: list[Any] = [value]
     stack: list[tuple[Any, Any]] = [(root, 0)]
@@ -100,24 +100,6 @@ def unicode_value(value: object) -> object:
                 parent[slot] = item
             stack.extend((item, key) for key in item)
     return root[0]
-
-
-def _all_text_valid(value: object) -> bool:
-    """Whether no string in ``value`` (keys too) holds a lone surrogate."""
-    stack: list[Any] = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if not is_text(item):
-                return False
-        elif isinstance(item, dict):
-            for key in item:
-                if isinstance(key, str) and not is_text(key):
-                    return False
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return True
 
 
 def cap_text(text: str, limit: int, *, unit: str = "characters") -> str:
