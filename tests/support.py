@@ -1,4 +1,4 @@
-"""Paths, git settings, an agent, a pty helper and a FIFO guard shared by tests.
+"""Paths, git settings, agents, a pty helper and a FIFO guard shared by tests.
 
 ``tests/`` is on sys.path through pytest's rootdir conftest.
 """
@@ -92,3 +92,26 @@ def without_blocking_on(fifo: Path, call: Callable[[], _T]) -> _T | BaseExceptio
         pytest.fail(f"opening the FIFO {fifo} blocked")
     [result] = outcome
     return result
+
+
+#: An agent whose tool is declared ``confirm``: a run of ``tidy`` asks before it removes
+#: (serve's questions, MCP elicitation). Its tool module is ``JANITOR_TOOLS``, written as
+#: ``janitor_tools.py`` beside it.
+JANITOR_AGENT = """\
+version: 1
+name: janitor
+model: test
+tools:
+  remove:
+    python: janitor_tools:remove
+    confirm: "Remove {{ path }}?"
+methods:
+  tidy:
+    prompt: Tidy up.
+"""
+
+JANITOR_TOOLS = '''
+def remove(path: str) -> str:
+    """Remove a file."""
+    return f"removed {path}"
+'''

@@ -18,6 +18,7 @@ from typing import Any
 
 import mcp_types as types
 import pytest
+from support import JANITOR_AGENT, JANITOR_TOOLS
 
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.mcp.catalog import Catalog
@@ -203,26 +204,6 @@ def test_a_line_past_the_limit_is_answered_and_skipped_and_the_next_one_read() -
     asyncio.run(scenario())
 
 
-ASKING_AGENT = """\
-version: 1
-name: janitor
-model: test
-tools:
-  remove:
-    python: janitor_tools:remove
-    confirm: "Remove {{ path }}?"
-methods:
-  tidy:
-    prompt: Tidy up.
-"""
-
-TOOLS = """
-def remove(path: str) -> str:
-    \"\"\"Remove a file.\"\"\"
-    return f"removed {path}"
-"""
-
-
 @pytest.mark.parametrize(
     "result",
     [
@@ -239,9 +220,9 @@ def test_an_unreadable_answer_to_an_elicitation_declines_and_the_call_is_answere
     id (here the tools/call). Without that, the SDK dropped the line, and the elicitation
     and the call waited for ever. A result that is no ElicitResult failed the run with
     pydantic's dump of it. Each is a decline now: the tool is not run, the run goes on."""
-    (tmp_path / "janitor_tools.py").write_text(TOOLS, encoding="utf-8")
+    (tmp_path / "janitor_tools.py").write_text(JANITOR_TOOLS, encoding="utf-8")
     agent = tmp_path / "janitor.yaml"
-    agent.write_text(ASKING_AGENT, encoding="utf-8")
+    agent.write_text(JANITOR_AGENT, encoding="utf-8")
 
     async def scenario() -> None:
         async with mcp_stdio(agent, capabilities=b'{"elicitation": {}}') as reply:

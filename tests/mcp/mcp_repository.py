@@ -50,25 +50,6 @@ methods:
 #: The prompt holds a secret, which the offline model echoes back.
 SECRET_AGENT = AGENT.replace('{{ ticket }}"', '{{ ticket }} ${env:MCP_TEST_SECRET}"')
 
-ASKING_AGENT = """\
-version: 1
-name: janitor
-model: test
-tools:
-  remove:
-    python: janitor_tools:remove
-    confirm: "Remove {{ path }}?"
-methods:
-  tidy:
-    prompt: Tidy up.
-"""
-
-TOOLS = '''
-def remove(path: str) -> str:
-    """Remove a file."""
-    return f"removed {path}"
-'''
-
 
 def write_agent(root: Path, text: str = AGENT, name: str = "desk.yaml") -> Path:
     path = root / name

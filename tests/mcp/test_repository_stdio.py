@@ -17,17 +17,16 @@ from mcp import MCPError
 from mcp.client.subscriptions import PromptsListChanged, ToolsListChanged
 from mcp_repository import (
     AGENT,
-    ASKING_AGENT,
     SECRET,
     SECRET_AGENT,
     TIMEOUT_S,
-    TOOLS,
     StderrLines,
     command,
     save,
     stdio_session,
     write_agent,
 )
+from support import JANITOR_AGENT, JANITOR_TOOLS
 
 NEW_METHOD = (
     AGENT
@@ -204,8 +203,8 @@ def test_a_handshake_era_client_gets_list_changed_notifications(tmp_path: Path) 
 
 
 def _asking_repo(tmp_path: Path) -> Path:
-    (tmp_path / "janitor_tools.py").write_text(TOOLS, encoding="utf-8")
-    return write_agent(tmp_path, ASKING_AGENT, "janitor.yaml")
+    (tmp_path / "janitor_tools.py").write_text(JANITOR_TOOLS, encoding="utf-8")
+    return write_agent(tmp_path, JANITOR_AGENT, "janitor.yaml")
 
 
 def test_a_confirmation_is_put_to_the_client_by_elicitation(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support import JANITOR_AGENT, JANITOR_TOOLS
 
 from openprogram_yaml.run.questions import PendingQuestions
 from openprogram_yaml.run.record import RecordLog
@@ -45,25 +46,6 @@ methods:
 
 #: The prompt holds a secret: the offline model echoes it, split across its text pieces.
 SECRET_AGENT = AGENT.replace('"p {{ x }}"', '"p {{ x }} ${env:SERVE_TEST_SECRET}"')
-
-ASKING_AGENT = """\
-version: 1
-name: janitor
-model: test
-tools:
-  remove:
-    python: janitor_tools:remove
-    confirm: "Remove {{ path }}?"
-methods:
-  tidy:
-    prompt: Tidy up.
-"""
-
-TOOLS = '''
-def remove(path: str) -> str:
-    """Remove a file."""
-    return f"removed {path}"
-'''
 
 
 def write_agent(root: Path, text: str = AGENT) -> Path:
@@ -258,8 +240,8 @@ def test_a_secret_split_across_streamed_pieces_is_redacted(
 def test_a_client_that_leaves_a_stream_does_not_stop_the_run_which_is_kept_and_logged(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "janitor_tools.py").write_text(TOOLS, encoding="utf-8")
-    agent = write_agent(tmp_path, ASKING_AGENT)
+    (tmp_path / "janitor_tools.py").write_text(JANITOR_TOOLS, encoding="utf-8")
+    agent = write_agent(tmp_path, JANITOR_AGENT)
     log = io.StringIO()
 
     async def scenario() -> None:
