@@ -115,3 +115,28 @@ def remove(path: str) -> str:
     """Remove a file."""
     return f"removed {path}"
 '''
+
+
+#: A method with a string input and one with a default, offline (batch and input tests).
+TAGGER_AGENT = """\
+version: 1
+name: tagger
+model: test
+methods:
+  tag:
+    inputs:
+      ticket: {type: string, minLength: 1}
+      priority: {type: integer, default: 3}
+    prompt: "Tag ({{ priority }}): {{ ticket }}"
+"""
+
+#: A method taking any JSON value as ``x``, offline (the hostile serve tests).
+ANY_INPUT_AGENT = """\
+version: 1
+name: echo
+model: test
+methods:
+  say:
+    inputs: {x: {}}
+    prompt: "p {{ x }}"
+"""

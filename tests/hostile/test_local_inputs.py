@@ -15,22 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import TAGGER_AGENT
 
 from openprogram_yaml.errors import UsageError
 from openprogram_yaml.run.sessions import SessionStore
 from openprogram_yaml.runner.cli import main
 
-AGENT = """\
-version: 1
-name: tagger
-model: test
-methods:
-  tag:
-    inputs:
-      ticket: {type: string, minLength: 1}
-      priority: {type: integer, default: 3}
-    prompt: "Tag ({{ priority }}): {{ ticket }}"
-"""
+AGENT = TAGGER_AGENT
 
 #: How long a command may take before it counts as hung (it never waits when it works).
 _HUNG_AFTER_S = 20.0

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import ANY_INPUT_AGENT
 
 from openprogram_yaml.run.record import RecordLog
 from openprogram_yaml.run.reload import ProgramHolder, ReloadEvent
@@ -32,15 +33,7 @@ from openprogram_yaml.serve.guard import MAX_JSON_ITEMS, ServeLimits
 #: Generous: a child process starts Python and compiles; a watchfiles event takes ~10 ms.
 EVENT_TIMEOUT_S = 30.0
 
-AGENT = """\
-version: 1
-name: echo
-model: test
-methods:
-  say:
-    inputs: {x: {}}
-    prompt: "p {{ x }}"
-"""
+AGENT = ANY_INPUT_AGENT
 
 #: The same agent with a python tool whose module ends the process when imported: the
 #: compile raises something that is not a ``ConfigError`` (not even an ``Exception``).

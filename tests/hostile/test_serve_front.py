@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import ANY_INPUT_AGENT
 
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.run.record import RunRecord
@@ -31,15 +32,7 @@ from openprogram_yaml.serve.openai_api import OpenAIError, find_method, parse_ch
 #: Generous: nothing here waits on a clock, only on the loopback server.
 TIMEOUT_S = 30.0
 
-AGENT = """\
-version: 1
-name: echo
-model: test
-methods:
-  say:
-    inputs: {x: {}}
-    prompt: "p {{ x }}"
-"""
+AGENT = ANY_INPUT_AGENT
 
 
 @asynccontextmanager

@@ -12,21 +12,11 @@ from pathlib import Path
 
 import pytest
 from loopback import LoopbackServer, Request, chat_completion, json_reply
-from support import EXAMPLES, REPO
+from support import EXAMPLES, REPO, TAGGER_AGENT
 
 from openprogram_yaml.runner.cli import main
 
-AGENT = """\
-version: 1
-name: tagger
-model: test
-methods:
-  tag:
-    inputs:
-      ticket: {type: string, minLength: 1}
-      priority: {type: integer, default: 3}
-    prompt: "Tag ({{ priority }}): {{ ticket }}"
-"""
+AGENT = TAGGER_AGENT
 
 LOOPBACK_AGENT = """\
 version: 1
