@@ -5,7 +5,7 @@ A one-shot ``openprogram-run`` spends most of its own time compiling: reading YA
 positions, validating it, checking templates and schemas. When nothing that compile read has
 changed, the program it built is loaded instead, and neither YAML nor pydantic is imported.
 
-An entry is two files: ``KEY.json``, the compile's read-set (``compile.build.ReadSet``:
+An entry is two files: ``KEY.json``, the compile's read-set (``compile.readset.ReadSet``:
 every file read with its stamp and sha256, every path looked at with what was there,
 nothing included, the files each project pattern matched, a digest of each environment
 variable named, the installed libraries), and ``KEY.pickle``, the program. The read-set is
@@ -14,8 +14,8 @@ its contents. The key names this package's own code, the Python version, the wor
 directory (messages show paths relative to it), and ``PATH`` and ``PYTHONPATH`` (command
 and python tools are found through them).
 
-A file that changed while it was being compiled (modified less than ``build.RACY_NS``
-before the compile began, or after; see ``build.settled``) is not trusted, and the program
+A file that changed while it was being compiled (modified less than ``readset.RACY_NS``
+before the compile began, or after; see ``readset.settled``) is not trusted, and the program
 is not kept.
 
 Where: ``$OPENPROGRAM_CACHE_DIR``, else ``$XDG_CACHE_HOME/openprogram-yaml``, else
@@ -49,9 +49,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from .._file_writes import write_atomically
 from .._version import __version__
-from .build import ReadSet, settled
 from .paths import find_project_root
 from .program import Program
+from .readset import ReadSet, settled
 
 if TYPE_CHECKING:
     from jinja2 import BytecodeCache

@@ -19,7 +19,7 @@ from ..redaction import redact
 from ..runtime.content import MediaError, media_block, media_types, media_value
 from ..runtime.validation import SchemaValidator
 from ..spec.suggest import did_you_mean
-from .build import ReadSet
+from .readset import ReadSet
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance

@@ -22,17 +22,7 @@ from ..spec.models import ProjectSpec, TestFileSpec
 from ..spec.suggest import did_you_mean
 from ..spec.yamlread import SourceMap
 from .agent import PendingMethodTools, check_valid_parts, compile_agent
-from .build import (
-    Build,
-    Checked,
-    FileRead,
-    KeptAgent,
-    ReadSet,
-    env_digest,
-    file_digest,
-    file_reads,
-    library_stamps,
-)
+from .build import Build, KeptAgent
 from .context import Collector, ProjectContext
 from .paths import (
     LINK,
@@ -46,6 +36,15 @@ from .paths import (
     project_root_lookups,
 )
 from .program import Agent, Program
+from .readset import (
+    Checked,
+    FileRead,
+    ReadSet,
+    env_digest,
+    file_digest,
+    file_reads,
+    library_stamps,
+)
 from .schemas import SchemaFiles
 
 if TYPE_CHECKING:

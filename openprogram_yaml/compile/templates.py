@@ -45,8 +45,8 @@ from openprogram_yaml.compile._template_text import (
     reference_col,
     syntax_error_position,
 )
-from openprogram_yaml.compile.build import settled
 from openprogram_yaml.compile.paths import LINK, display_path, entry_kind, link_kind
+from openprogram_yaml.compile.readset import settled
 from openprogram_yaml.compile.rendering import CompiledTemplate
 from openprogram_yaml.errors import ConfigError, Diagnostic
 from openprogram_yaml.spec.positions import TextOrigin
@@ -133,7 +133,7 @@ def _resolved_absolute(path: str) -> Path:
 
 def _all_settled(stamps: Iterable[tuple[int, int] | None], read_ns: int) -> bool:
     """Whether every file of ``stamps``, read from ``read_ns`` on, was there and had settled
-    (``build.settled``), so that its stamp vouches for what was read from it."""
+    (``readset.settled``), so that its stamp vouches for what was read from it."""
     return all(stamp is not None and settled(stamp[0], read_ns) for stamp in stamps)
 
 
@@ -191,7 +191,7 @@ class TemplateEngine:
         self._lock = threading.Lock()
         self._checker: _jinja.PromptSandbox | None = None
         self._checked: dict[tuple[Any, ...], _Checked] = {}
-        # What was kept from files that had not settled (``build.settled``) when read: it
+        # What was kept from files that had not settled (``readset.settled``) when read: it
         # serves the rest of this compile, not the next (``forget_unsettled``).
         self._unsettled_checks: list[tuple[Any, ...]] = []
         self._unsettled_files: list[Path] = []

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from openprogram_yaml.compile.build import RACY_NS, file_reads
 from openprogram_yaml.compile.context import ProjectContext
 from openprogram_yaml.compile.paths import Resolutions, resolve_inside
 from openprogram_yaml.compile.project import compile_agent_files, compile_path
+from openprogram_yaml.compile.readset import RACY_NS, file_reads
 from openprogram_yaml.compile.templates import _resolved, _resolved_folder
 from openprogram_yaml.errors import ConfigError, Diagnostic
 

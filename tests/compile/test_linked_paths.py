@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from openprogram_yaml.compile import cache
-from openprogram_yaml.compile.build import RACY_NS, Build
+from openprogram_yaml.compile.build import Build
 from openprogram_yaml.compile.paths import LINK, Resolutions, resolve_inside
 from openprogram_yaml.compile.program import Program
 from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.compile.readset import RACY_NS
 from openprogram_yaml.errors import ConfigError
 
 AGENT = """version: 1

@@ -12,8 +12,9 @@ import os
 import time
 from pathlib import Path
 
-from openprogram_yaml.compile.build import RACY_NS, Build, file_reads
+from openprogram_yaml.compile.build import Build
 from openprogram_yaml.compile.project import compile_path
+from openprogram_yaml.compile.readset import RACY_NS, file_reads
 
 AGENT = """version: 1
 name: a
