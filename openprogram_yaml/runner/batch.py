@@ -36,6 +36,7 @@ from ..run.batch.output import DoneRows, OutputWriter
 from ..run.batch.rows import (
     BatchRow,
     Key,
+    input_lines,
     make_rows,
     read_rows,
     row_values,
@@ -173,15 +174,20 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
         version=GitStamper().stamp(program),
     )
     try:
-        source = sys.stdin if args.input == "-" else _open_input(args.input)
+        source = _open_input(args.input)
     except OSError as exc:
         return _fail(f"error: cannot read {args.input} (--input): {exc.strerror or exc}")
     name_shown = "<stdin>" if args.input == "-" else args.input
 
+    lines = input_lines(source, name_shown)
     try:
-        first = source.readline()
+        first = next(lines, "")
     except (OSError, UnicodeDecodeError) as exc:
+        source.close()
         return _fail(f"error: {unreadable(name_shown, exc)}")
+    except UsageError as exc:
+        source.close()
+        return _fail(f"error: {exc}", secrets)
     kind = args.format or sniff_format(name_shown, first)
 
     def convert(row: JSONObject, where: str) -> tuple[Key, JSONObject]:
@@ -194,7 +200,7 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
             from_text=kind == "csv",
         )
 
-    rows = make_rows(read_rows(itertools.chain([first], source), name_shown, kind), convert)
+    rows = make_rows(read_rows(itertools.chain([first], lines), name_shown, kind), convert)
     progress = None
     if not args.quiet and sys.stderr.isatty():
         progress = _Progress(_count_rows(args.input, kind))
@@ -230,8 +236,7 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
         except UsageError as exc:  # the last lines could not be synced
             code = code or 2
             _fail(f"error: {exc}", secrets)
-        if source is not sys.stdin:
-            source.close()
+        source.close()
     elapsed = time.perf_counter() - started
     if code in (130, 143):
         summary.stopped = summary.stopped or "interrupted"
@@ -301,10 +306,14 @@ def _resumed(output: Path, resume: bool) -> DoneRows | None:
 
 
 def _open_input(name: str) -> TextIO:
-    """The dataset ``name`` opened as UTF-8 text: a file or a pipe (a FIFO, ``<(command)``,
-    read as it comes); a device (/dev/zero, /dev/urandom) is refused, as it would be read
-    as one line without end. Raises ``OSError``."""
-    stream = open(name, encoding="utf-8")  # noqa: SIM115
+    """The dataset ``name`` (``-``: standard input) opened as UTF-8 text, its lines' endings
+    kept as written (``newline=""``: the csv module needs them, a quoted value may hold
+    one): a file or a pipe (a FIFO, ``<(command)``, read as it comes); a device named
+    (/dev/zero, /dev/urandom) is refused, as it would be read as one line without end.
+    Closing it leaves standard input open. Raises ``OSError``."""
+    if name == "-":
+        return open(sys.stdin.fileno(), encoding="utf-8", newline="", closefd=False)
+    stream = open(name, encoding="utf-8", newline="")  # noqa: SIM115
     mode = os.fstat(stream.fileno()).st_mode
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         stream.close()

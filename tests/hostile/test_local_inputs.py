@@ -208,6 +208,21 @@ def test_a_device_as_batch_input_is_refused_not_read_as_one_endless_line(
     assert "cannot read /dev/zero (--input): a device" in err
 
 
+def test_a_batch_input_of_one_endless_line_is_refused_not_read_whole(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from openprogram_yaml.run.batch.rows import MAX_LINE_CHARS
+
+    rows = tmp_path / "in.jsonl"
+    with rows.open("wb") as stream:  # sparse: no disk is used
+        stream.write(b'{"ticket": "a"}\n')
+        stream.truncate(16 + 4 * MAX_LINE_CHARS)
+    out = tmp_path / "out.jsonl"
+    err = _refused(capsys, _batch(agent, rows, out))
+    assert f"{rows}:2: the line is longer than {MAX_LINE_CHARS:,} characters" in err
+    assert [json.loads(line)["key"] for line in out.read_text().splitlines()] == [0]
+
+
 def test_resume_from_a_device_is_refused_not_read_without_end(
     agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +17,7 @@ from openprogram_yaml.run.batch import BatchJob, BatchRow, LocalEngine, RowResul
 from openprogram_yaml.run.batch.driver import BatchSummary, drive_batch
 from openprogram_yaml.run.batch.limits import RateLimiter
 from openprogram_yaml.run.batch.output import DoneRows, OutputWriter, done_key
-from openprogram_yaml.run.batch.rows import BatchInputError, input_digest, read_rows
+from openprogram_yaml.run.batch.rows import BatchInputError, input_digest, input_lines, read_rows
 
 AGENT = """\
 version: 1
@@ -137,6 +138,19 @@ def test_input_errors_name_the_line() -> None:
         list(read_rows(lines, "in.jsonl", "jsonl"))
     with pytest.raises(BatchInputError, match=r"^in.csv:3: 1 values for 2 columns"):
         list(read_rows(["a,b\n", "1,2\n", "3\n"], "in.csv", "csv"))
+
+
+def test_a_line_past_the_limit_is_named_before_it_is_read_whole() -> None:
+    # A file of one endless line was read whole into memory before any row ran.
+    stream = io.StringIO('{"ticket": "a"}\r\n' + "x" * 10_000_000)
+    lines = input_lines(stream, "in.jsonl", limit=1000)
+    assert next(lines) == '{"ticket": "a"}\r\n'
+    with pytest.raises(BatchInputError, match=r"^in.jsonl:2: the line is longer than 1,000 "):
+        next(lines)
+    assert stream.tell() == 17 + 1001  # read no further than the limit
+    # Lines up to the limit, a last one without newline, pass as they are.
+    text = "a" * 999 + "\n" + "b" * 1000
+    assert list(input_lines(io.StringIO(text), "in", limit=1000)) == ["a" * 999 + "\n", "b" * 1000]
 
 
 def test_rows_and_output_lines_the_decoder_cannot_read_are_named_not_crashes(

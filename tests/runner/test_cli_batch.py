@@ -119,6 +119,34 @@ def test_a_torn_input_line_stops_the_batch_naming_it(write, tmp_path, capsys) ->
     assert sorted(line["key"] for line in _lines(out)) == [0, 1]  # the rows before it kept
 
 
+def test_csv_quoted_values_keep_their_line_breaks_as_written(write, tmp_path, capsys) -> None:
+    # The input was read with universal newlines: a quoted "\r\n" or "\r" became "\n".
+    agent = write("agent.yaml", AGENT)
+    rows = tmp_path / "in.csv"
+    rows.write_bytes(b'ticket,id\r\n"a\r\nb",1\r\n"c\rd",2\r\n"e\nf",3')
+    out = tmp_path / "out.jsonl"
+    code = main(_batch(agent, "tag", rows, out, "--key", "id"))
+    assert code == 0, capsys.readouterr().err
+    by_key = {line["key"]: line["inputs"] for line in _lines(out)}
+    assert by_key == {"1": {"ticket": "a\r\nb"}, "2": {"ticket": "c\rd"}, "3": {"ticket": "e\nf"}}
+
+
+def test_jsonl_with_crlf_and_no_last_newline_reads_every_row(write, tmp_path, capsys) -> None:
+    agent = write("agent.yaml", AGENT)
+    rows = tmp_path / "in.jsonl"
+    rows.write_bytes(b'{"ticket": "one"}\r\n\r\n{"ticket": "two"}\r\n{"ticket": "three"}')
+    out = tmp_path / "out.jsonl"
+    code = main(_batch(agent, "tag", rows, out))
+    assert code == 0, capsys.readouterr().err
+    by_key = {line["key"]: line["inputs"] for line in _lines(out)}
+    assert by_key == {0: {"ticket": "one"}, 1: {"ticket": "two"}, 2: {"ticket": "three"}}
+    # A line after a blank one is still named by its own number.
+    rows.write_bytes(b'{"ticket": "one"}\r\n\r\n{"ticket": "tw')
+    code = main(_batch(agent, "tag", rows, tmp_path / "out2.jsonl"))
+    assert code == 2
+    assert f"{rows}:3: a torn line" in capsys.readouterr().err
+
+
 def test_max_failures_stops_early(write, tmp_path, capsys) -> None:
     agent = write("agent.yaml", AGENT)
     rows = write("in.jsonl", "".join('{"ticket": ""}\n' for _ in range(10)))
@@ -136,11 +164,16 @@ def test_stdin_input_and_an_output_in_use_is_refused_without_resume(write, tmp_p
     command = [sys.executable, "-m", "openprogram_yaml", "batch", str(agent), "tag"]
     command += ["--input", "-", "--output", str(out)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # Standard input is read as the files are: UTF-8, line endings as written.
     done = subprocess.run(
-        command, input='{"ticket": "a"}\n{"ticket": "b"}\n', capture_output=True, text=True, env=env
+        command,
+        input='ticket\r\n"a\r\nb"\r\ncafé\r\n'.encode(),
+        capture_output=True,
+        env={**env, "PYTHONIOENCODING": "latin-1"},
     )
     assert done.returncode == 0, done.stderr
-    assert len(_lines(out)) == 2
+    by_key = {line["key"]: line["inputs"] for line in _lines(out)}
+    assert by_key == {0: {"ticket": "a\r\nb"}, 1: {"ticket": "café"}}
     again = subprocess.run(command, input="", capture_output=True, text=True, env=env)
     assert again.returncode == 2
     assert "already holds rows: pass --resume" in again.stderr

@@ -1,10 +1,15 @@
 """Rows of a batch: read from JSON Lines, CSV or a JSON array, one row = one method's inputs.
 
 Files are read as a stream (a JSON array excepted, which is read whole: give a large
-dataset as JSON Lines), so a million-row input costs no more memory than a few rows. A line
-that is not what its format says stops the batch with ``FILE:LINE: what is wrong``
-(``BatchInputError``, exit 2): rows already finished are kept, and ``--resume`` goes on
-from them once the line is fixed.
+dataset as JSON Lines), so a million-row input costs no more memory than a few rows, and a
+line is read at most ``MAX_LINE_CHARS`` at a time (``input_lines``): a file that is one
+endless line is an error, not read whole into memory. A line that is not what its format
+says stops the batch with ``FILE:LINE: what is wrong`` (``BatchInputError``, exit 2): rows
+already finished are kept, and ``--resume`` goes on from them once the line is fixed.
+
+Lines are read as they are written (the file opened with ``newline=""``, as the csv module
+requires): a quoted CSV value keeps its ``\r\n`` or ``\r``, and a JSON Lines file written
+with ``\r\n`` reads as one written with ``\n``.
 """
 
 from __future__ import annotations
@@ -15,15 +20,18 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TextIO
 
 from ...compile.program import unfit_input
 from ...errors import UsageError
 from ...json_types import JSONObject, JSONValue, parse_json
 
 __all__ = [
+    "MAX_LINE_CHARS",
     "BatchInputError",
     "BatchRow",
     "input_digest",
+    "input_lines",
     "make_rows",
     "read_rows",
     "row_values",
@@ -55,6 +63,26 @@ def input_digest(inputs: Mapping[str, JSONValue]) -> str:
     again when its inputs changed, even under the same key."""
     text = json.dumps(inputs, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+#: The longest line a row is read from: what ``--input-json @FILE`` and ``serve`` take as one
+#: call's inputs (28 MiB), counted in characters.
+MAX_LINE_CHARS = 28 << 20
+
+
+def input_lines(stream: TextIO, name: str, *, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
+    """The lines of ``stream`` (named ``name`` in messages), each read at most ``limit``
+    characters at a time: a longer line is a ``BatchInputError`` naming it, before more of
+    it is read. Open a file with ``newline=""`` so a line keeps its ending as written."""
+    number = 0
+    while line := stream.readline(limit + 1):
+        number += 1
+        if len(line) > limit:
+            raise BatchInputError(
+                f"{name}:{number}: the line is longer than {limit:,} characters, the most a "
+                "row may hold"
+            )
+        yield line
 
 
 def sniff_format(name: str, first: str) -> str:
