@@ -241,6 +241,14 @@ class ReplaySelector:
     def select(self, model_ref: str) -> ReplayRuntime:
         return self.runtime
 
+    def check(self) -> None:
+        """Read the recordings now, before a run: raises ``ConfigError`` naming each broken
+        file (``path:line:col``), or the folder when it holds none. Without it, a broken
+        folder fails each turn that asks it."""
+        store = self.runtime._store(self.directory)
+        if isinstance(store, ConfigError):
+            raise ConfigError(store.diagnostics)
+
     def recorded_tools(self) -> list[JSONObject]:
         """The spec of every tool the recorded requests offered: what a replay offers for
         tools whose listing would take starting something (an MCP server's), since a replay

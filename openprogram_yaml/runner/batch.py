@@ -156,6 +156,15 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
         done = _resumed(args.output, args.resume)
     except UsageError as exc:
         return _fail(f"error: {exc}", secrets)
+    if args.replay is not None:
+        from ..errors import ConfigError
+        from ..recording.replay import ReplaySelector
+        from .cli import _print_config_error
+
+        try:  # a broken recording is said once, not as every row's failure
+            ReplaySelector(args.replay).check()
+        except ConfigError as exc:
+            return _print_config_error(exc)
     if engine is None and args.engine == "ray":
         try:
             engine = _ray_engine(program, args)

@@ -393,6 +393,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
         return loaded
     program, agent, method, inputs = loaded
 
+    from ..errors import ConfigError
     from ..run.execute import execute_run
     from ..run.record import RecordLog, append_trace, run_secrets
     from ..run.version import VersionStamp
@@ -413,7 +414,10 @@ def _cmd_run(argv: Sequence[str]) -> int:
     if args.record is not None and args.replay is not None:
         _emit(sys.stderr, "error: --record and --replay do not go together")
         return 2
-    wrap = _selector_wrapper(args.record, args.replay, secrets)
+    try:
+        wrap = _selector_wrapper(args.record, args.replay, secrets)
+    except ConfigError as exc:
+        return _print_config_error(exc)
     display = _display(args, program, f"{agent.name}.{method.name}", secrets)
     status: _Status | RunDisplay = display or _Status(f"{agent.name}.{method.name}")
     # Ready everything the first turn needs while the collector is still off. A failure
@@ -863,11 +867,15 @@ class _RetryLine:
 def _selector_wrapper(
     record_dir: Path | None, replay_dir: Path | None, secrets: frozenset[str]
 ) -> SelectorWrapper | None:
-    """What ``--record`` / ``--replay`` put between a run and its runtimes, if anything."""
+    """What ``--record`` / ``--replay`` put between a run and its runtimes, if anything.
+    The recordings of ``--replay`` are read now: a broken one is a ``ConfigError`` naming
+    it (exit 2) before anything runs, not a failed model turn."""
     if replay_dir is not None:
         from ..recording.replay import ReplaySelector
 
-        return lambda _inner: ReplaySelector(replay_dir)
+        selector = ReplaySelector(replay_dir)
+        selector.check()
+        return lambda _inner: selector
     if record_dir is not None:
         from ..recording.record import RecordingSelector
 
@@ -1106,7 +1114,10 @@ def _cmd_test(argv: Sequence[str]) -> int:
         else:
             model = judge_model = "test"
     secrets = frozenset().union(*(run_secrets(a) for a in program.agents.values()))
-    wrap = _selector_wrapper(args.record, replay, secrets)
+    try:
+        wrap = _selector_wrapper(args.record, replay, secrets)
+    except ConfigError as exc:
+        return _print_config_error(exc)
     out = sys.stderr if args.json else sys.stdout  # --json: stdout holds the JSON alone
     outcomes = asyncio.run(
         run_tests(

@@ -338,9 +338,9 @@ def test_a_recorded_tool_call_without_id_or_name_is_a_positioned_error(
     argv = [str(agent), "tag", "-i", "ticket=x", "--replay", str(recording.parent.parent)]
     code = main(argv)
     err = capsys.readouterr().err
-    assert code == 1, err
+    assert code == 2, err  # bad input, said before the run (it was the turn's failure, 1)
     assert f"{recording}:{line}:" in err and message in err, err
-    assert "KeyError" not in err
+    assert "KeyError" not in err and "nothing was run" in err
 
 
 # --- names and environment values that are not UTF-8 ----------------------------------------

@@ -67,3 +67,50 @@ def test_record_replay_and_a_changed_prompt(tmp_path: Path, monkeypatch, capsys)
     assert "prompt changed since it was recorded" in error
     assert "-Classify this support ticket." in error.replace("  ", "").replace("- ", "-")
     assert "+Label it." in error.replace("  ", "").replace("+ ", "+")
+
+
+BROKEN_AGENT = """\
+version: 1
+name: greeter
+model: test
+methods:
+  greet:
+    inputs: {who: {type: string}}
+    prompt: "Greet {{ who }}."
+tests:
+  - name: greets ada
+    method: greet
+    inputs: {who: Ada}
+    expect: {contains: Ada}
+"""
+
+
+def test_a_broken_recording_is_bad_input_named_at_its_line_not_a_failed_turn(
+    tmp_path: Path, capsys
+) -> None:
+    # It was each turn's failure: exit 1, "LLMError: exec() failed", once per row or test.
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(BROKEN_AGENT)
+    recordings = tmp_path / "recordings"
+    broken = recordings / "greeter.greet" / "0123456789abcdef.yaml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text("request: {messages: [1\nresponse: {}\n")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"who": "Ada"}\n')
+    out = tmp_path / "out.jsonl"
+    replay = ["--replay", str(recordings)]
+    commands = [
+        [str(agent), "greet", "-i", "who=Ada", *replay],
+        ["test", str(agent), *replay],
+        ["batch", str(agent), "greet", "--input", str(rows), "--output", str(out), *replay],
+    ]
+    for command in commands:
+        assert main(command) == 2, command
+        captured = capsys.readouterr()
+        assert f"{broken}:2:" in captured.err and "invalid YAML" in captured.err
+        assert "nothing was run" in captured.err
+        assert "LLMError" not in captured.err + captured.out
+    assert not out.exists() or out.read_text() == ""
+    # A folder that is not there is said the same way.
+    assert main([*commands[0][:-1], str(tmp_path / "nowhere")]) == 2
+    assert "no recordings folder here" in capsys.readouterr().err
