@@ -935,7 +935,11 @@ def _cmd_lock(argv: Sequence[str]) -> int:
         description="Write openprogram.lock (each method's prompt version), or check it.",
     )
     p.add_argument("path", metavar="PATH", help="a project folder or an agent file")
-    p.add_argument("--check", action="store_true", help="exit 1 when prompts differ from it")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 when prompts differ from it (or it is missing), 2 when it does not read",
+    )
     args = p.parse_args(argv)
     from ..compile.project import compile_path
     from ..errors import ConfigError
@@ -946,7 +950,10 @@ def _cmd_lock(argv: Sequence[str]) -> int:
     except ConfigError as exc:
         return _print_config_error(exc)
     if args.check:
-        problems = check_lock(program)
+        try:
+            problems = check_lock(program)
+        except ConfigError as exc:
+            return _print_config_error(exc)
         for problem in problems:
             _emit(sys.stderr, problem)
         if problems:

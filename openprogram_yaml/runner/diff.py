@@ -267,7 +267,10 @@ async def _collect(
             for label, inputs in _cases(program, agent.name, method):
                 renders[label] = await _render(program, agent.name, method.name, inputs)
     if (program.root / LOCK_FILE).is_file():
-        version.lock_problems = check_lock(program)
+        try:
+            version.lock_problems = check_lock(program)
+        except ConfigError as exc:  # a lock that does not read: said as its problem
+            version.lock_problems = [str(d) for d in exc.diagnostics]
     if with_tests:
         version.outcomes = await _run_tests(program, model)
     return version

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .._file_reads import FileRefused, read_regular_file
 from .._file_writes import write_atomically
 from ..compile.program import Program
+from ..errors import ConfigError, Diagnostic
 from ..json_types import parse_json
-from ..spec.textfile import MAX_TEXT_BYTES
+from ..spec.textfile import UnreadableFile, read_text
 
 __all__ = ["LOCK_FILE", "check_lock", "lock_data", "write_lock"]
 
 LOCK_FILE = "openprogram.lock"
+_REWRITE = "write it again with `openprogram-run lock`"
 
 
 def lock_data(program: Program) -> dict[str, Any]:
@@ -45,23 +47,14 @@ def write_lock(program: Program, path: Path | None = None) -> Path:
 
 
 def check_lock(program: Program, path: Path | None = None) -> list[str]:
-    """Differences between the program and its lock file, one line each (empty: in sync)."""
+    """Differences between the program and its lock file, one line each (empty: in sync; a
+    lock that is not there is one). A lock that cannot be read, or is not a lock, raises
+    ``ConfigError`` naming it (``path:line:col`` where there is one): it is bad input, not a
+    difference."""
     target = path or program.root / LOCK_FILE
-    try:
-        # A lock is a file of the repository: a FIFO in its place must not hang the
-        # check, nor a link to a device be read without end.
-        locked: Any = parse_json(read_regular_file(target, limit=MAX_TEXT_BYTES))
-        old: dict[str, str] = dict(locked.get("prompts", {}))
-    except FileRefused as exc:
-        if not os.path.lexists(target):
-            return [f"{target} does not exist; write it with `openprogram-run lock`"]
-        reason = exc.reason
-    except (ValueError, AttributeError, TypeError) as exc:  # not {"prompts": {…}}
-        reason = str(exc)
-    else:
-        reason = ""
-    if reason:
-        return [f"{target} cannot be read ({reason}); write it again with `openprogram-run lock`"]
+    if not os.path.lexists(target):
+        return [f"{target} does not exist; write it with `openprogram-run lock`"]
+    old = _read_lock(target)
     new = lock_data(program)["prompts"]
     problems = []
     for name in sorted(old.keys() | new.keys()):
@@ -72,3 +65,28 @@ def check_lock(program: Program, path: Path | None = None) -> list[str]:
         elif old[name] != new[name]:
             problems.append(f"{name}: prompt changed ({old[name]} -> {new[name]})")
     return problems
+
+
+def _read_lock(target: Path) -> dict[str, str]:
+    """The prompt versions the lock file ``target`` holds; ``ConfigError`` when it cannot be
+    read or is not a lock. A lock is a file of the repository: a FIFO in its place must not
+    hang the check, nor a link to a device be read without end (``read_text``)."""
+    try:
+        text = read_text(target)
+    except UnreadableFile as exc:
+        raise ConfigError([_rewrite(d) for d in exc.diagnostics]) from None
+    shown = str(target)
+    try:
+        locked = parse_json(text)
+    except json.JSONDecodeError as exc:
+        message = f"not valid JSON: {exc.msg}"
+        raise ConfigError(_rewrite(Diagnostic(shown, exc.lineno, exc.colno, message))) from None
+    prompts = locked.get("prompts") if isinstance(locked, dict) else None
+    if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
+        message = 'not a lock: it holds {"version": 1, "prompts": {"agent.method": "VERSION", …}}'
+        raise ConfigError(_rewrite(Diagnostic(shown, 0, 0, message)))
+    return {name: str(version) for name, version in prompts.items()}
+
+
+def _rewrite(diagnostic: Diagnostic) -> Diagnostic:
+    return replace(diagnostic, message=f"{diagnostic.message}; {_REWRITE}")

@@ -147,8 +147,8 @@ def test_a_lock_file_that_is_a_fifo_or_device_is_unreadable_not_waited_on(
         lock.symlink_to("/dev/zero")
     code = _within_time(lambda: main(["lock", str(tmp_path), "--check"]))
     captured = capsys.readouterr()
-    assert code == 1, captured.err
-    assert "cannot be read (not a regular file" in captured.out + captured.err
+    assert code == 2, captured.err
+    assert f"{lock}: error: not a regular file" in captured.err
     assert "Traceback" not in captured.err
 
 

@@ -129,17 +129,23 @@ def test_trace_names_the_version_of_each_prompt(tmp_path: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "said"),
+    ("data", "said"),
     [
-        ("[" * 100_000 + "]" * 100_000, "nested deeper than the JSON decoder reads"),
-        ('{"version": 1, "prompts": 3}', "'int' object is not iterable"),
+        (b"[" * 100_000 + b"]" * 100_000, ":1:1: error: not valid JSON: nested deeper than"),
+        (b'{"version": 1, "prompts": 3}', ': error: not a lock: it holds {"version": 1,'),
+        (b'{"version": 1, "prompts": {"a.b": 3}}', ": error: not a lock: it holds"),
+        (b'{"version": 1,\n "prompts": {,}}', ":2:14: error: not valid JSON: Expecting"),
+        (b'{"version": 1, "prompts": {"caf\xe9": "x"}}', ":1:32: error: byte 0xe9 is not valid"),
     ],
 )
-def test_a_lock_that_does_not_read_is_reported_not_a_traceback(
-    repo: Path, capsys, text: str, said: str
+def test_a_lock_that_does_not_read_is_bad_input_named_not_a_difference(
+    repo: Path, capsys, data: bytes, said: str
 ) -> None:
+    # It was exit 1, as prompts that differ from the lock: now 2, with where it breaks.
     lock = repo / "openprogram.lock"
-    lock.write_text(text, encoding="utf-8")
-    assert main(["lock", "--check", str(repo)]) == 1
+    lock.write_bytes(data)
+    assert main(["lock", "--check", str(repo)]) == 2
     err = capsys.readouterr().err
-    assert f"{lock} cannot be read ({said}" in err
+    assert f"{lock}{said}" in err
+    assert "write it again with `openprogram-run lock`" in err
+    assert "Traceback" not in err
