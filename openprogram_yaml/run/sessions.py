@@ -127,7 +127,16 @@ def sessions_path(project_root: Path) -> Path:
 def private_folder(folder: Path) -> Path:
     """``folder`` (``.openprogram/``) made when missing, with a ``.gitignore`` that keeps the
     sessions and the chat's input history out of git; a ``.gitignore`` already there is the
-    project's own and stays as it is. Raises ``OSError``."""
+    project's own and stays as it is. Raises ``OSError``, also when ``folder`` is a symbolic
+    link (wherever it points, as ``private_file`` does): a repository holding
+    ``.openprogram`` linked to ``~`` had the store, the input history and a ``.gitignore``
+    written there."""
+    if folder.is_symlink():
+        raise OSError(
+            errno.ELOOP,
+            f"{folder} is a symbolic link, which is not followed for private files; make it "
+            "a folder",
+        )
     folder.mkdir(parents=True, exist_ok=True)
     with (
         contextlib.suppress(FileExistsError),
