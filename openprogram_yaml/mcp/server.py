@@ -25,8 +25,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
-from mcp.server import Server
+from mcp.server import NotificationOptions, Server
 from mcp.server.context import ServerRequestContext
+from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
@@ -86,7 +87,7 @@ class RepositoryServer:
         self._legacy: dict[str, ServerSession] = {}
         self._catalog: Catalog | None = None
         self._announcing: set[asyncio.Task[None]] = set()
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = _ChangingListsServer(
             "openprogram",
             version=__version__,
             instructions="Methods of a versioned prompt repository: call one as a tool, "
@@ -129,13 +130,9 @@ class RepositoryServer:
         agent = program.agents.get(ref.agent) if program is not None else None
         return run_secrets(agent) if agent is not None else frozenset()
 
-    def initialization_options(self) -> Any:
+    def initialization_options(self) -> InitializationOptions:
         """What the handshake announces: tools and prompts whose lists change."""
-        from mcp.server import NotificationOptions
-
-        return self.server.create_initialization_options(
-            NotificationOptions(prompts_changed=True, tools_changed=True)
-        )
+        return self.server.create_initialization_options()
 
     # --- handlers -----------------------------------------------------------------------
 
@@ -288,6 +285,25 @@ class RepositoryServer:
         self.listen.close()
         if self._announcing:
             await asyncio.wait(set(self._announcing), timeout=1.0)
+
+
+class _ChangingListsServer(Server[Any]):
+    """The SDK's low-level server, whose handshake says its tools and prompts lists change
+    (reloads change them, and tell every client). stdio passes the options it gets here to
+    ``run``; the streamable HTTP manager asks for them itself, and its handshake said
+    ``listChanged: false``, though its clients were told of each change."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(prompts_changed=True, tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
 
 
 def _prompt_messages(

@@ -87,6 +87,10 @@ def test_a_reload_reaches_a_handshake_era_http_client_on_its_session(tmp_path: P
 
     async def scenario(url: str) -> list[str]:
         async with Client(url, mode="legacy", message_handler=on_message) as client:
+            # The handshake says the lists change, as they do (it said they did not).
+            capabilities = client.server_capabilities
+            assert capabilities.tools is not None and capabilities.tools.list_changed
+            assert capabilities.prompts is not None and capabilities.prompts.list_changed
             await client.list_tools()
             save(agent, AGENT.replace("  reply:", "  answer:"))
             with anyio.fail_after(TIMEOUT_S):
