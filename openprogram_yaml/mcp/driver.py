@@ -140,18 +140,27 @@ async def _serve_stdio(
     grace_s: float,
     watch: bool,
 ) -> int:
+    import anyio
     from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
 
-    from .stdio import protocol_stdin
+    from .stdio import NO_LINES, protocol_stdin
 
     _say(_started(repo, "on stdio", watch) + "; the client ends it by closing stdin")
     async with (
         protocol_stdin() as stdin,
-        # The SDK iterates its stdin for lines, which StdinLines gives (cancellably).
-        stdio_server(stdin=cast("Any", stdin)) as (read_stream, write_stream),
+        # Given no lines, the SDK's transport serves stdout alone; the messages come from
+        # StdinMessages (cancellably, each line parsed once). Without it, the SDK reads.
+        stdio_server(stdin=cast("Any", NO_LINES if stdin is not None else None)) as (
+            read_stream,
+            write_stream,
+        ),
     ):
+        reading = None
         if stdin is not None:
             stdin.refuse = partial(_answer, write_stream.send)
+            messages, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception]()
+            reading = asyncio.create_task(stdin.pass_on(messages))
         session = asyncio.create_task(
             repo.server.run(read_stream, write_stream, repo.initialization_options())
         )
@@ -164,7 +173,9 @@ async def _serve_stdio(
         session.cancel()
         await asyncio.gather(session, return_exceptions=True)
         if stdin is not None:
-            stdin.end()  # the transport's reader waits for the next line until then
+            stdin.end()  # the reader waits for the next line until then
+        if reading is not None:
+            await asyncio.gather(reading, return_exceptions=True)
     _say("stopped")
     return 0
 

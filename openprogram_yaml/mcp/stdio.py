@@ -10,15 +10,16 @@ asyncio pipe transport instead. stdout is left to the SDK, which points fd 1 at 
 stdin that is not a pipe, socket or terminal (a regular file) cannot be read by the event
 loop; the SDK's own reader is used then (None).
 
-A line the SDK cannot read as a JSON-RPC message (not JSON, a string holding half of a
-UTF-16 pair, a number past its range, nesting past its limit) is dropped by the SDK's
-transport without a word, and the client's request waited for ever. ``StdinLines`` reads
-each line first: one that fails is answered here, as JSON-RPC asks (``-32700`` Parse error,
-``-32600`` Invalid Request, with the request's ``id`` when it can be found, else ``null``),
-and not passed on. A line past ``MAX_LINE`` is answered so too, and skipped to its end. A
-client's response that cannot be read (to an elicitation) is no request to answer: the SDK
-is given an error response with its id instead, so the request it answers fails at once
-(the run's question is then declined) instead of waiting for ever.
+``StdinMessages`` reads the lines and parses each once (into the messages the server reads;
+the SDK's transport is given no lines of its own to read, only stdout to write). A line
+that is no JSON-RPC message (not JSON, a string holding half of a UTF-16 pair, a number
+past the SDK's range, nesting past its limit) was dropped by the SDK's transport without a
+word, and the client's request waited for ever: it is answered here, as JSON-RPC asks
+(``-32700`` Parse error, ``-32600`` Invalid Request, with the request's ``id`` when it can
+be found, else ``null``). A line past ``MAX_LINE`` is answered so too, and skipped to its
+end. A client's response that cannot be read (to an elicitation) is no request to
+answer: the server is given an error response with its id instead, so the request it
+answers fails at once (the run's question is then declined) instead of waiting for ever.
 """
 
 from __future__ import annotations
@@ -32,56 +33,100 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+import anyio
 import mcp_types as types
+from anyio.streams.memory import MemoryObjectSendStream
+from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-__all__ = ["StdinLines", "protocol_stdin", "refusal_of_line", "response_in_place_of"]
+__all__ = [
+    "NO_LINES",
+    "StdinMessages",
+    "UnreadableLine",
+    "parse_line",
+    "protocol_stdin",
+    "response_in_place_of",
+]
 
 #: The longest protocol message accepted (asyncio's default of 64 KiB is too small for a
 #: tool call carrying a document).
 MAX_LINE = 64 << 20
 
 
-#: Where a line the SDK would drop is answered (the transport's write stream), once known.
+class _NoLines:
+    """stdin for the SDK's transport when ``StdinMessages`` reads it: no lines at all."""
+
+    def __aiter__(self) -> _NoLines:
+        return self
+
+    async def __anext__(self) -> str:
+        raise StopAsyncIteration
+
+
+#: Given to the SDK's ``stdio_server`` as its stdin: it then serves stdout alone.
+NO_LINES = _NoLines()
+
+
+#: Where a line that is no message is answered (the transport's write stream), once known.
 Refuse = Callable[[types.JSONRPCError], Awaitable[None]]
 
 
-class StdinLines:
-    """The protocol's lines from stdin, as ``stdio_server`` iterates them."""
+class UnreadableLine(ValueError):
+    """A line that is no JSON-RPC message; ``refusal`` answers it."""
+
+    def __init__(self, refusal: types.JSONRPCError) -> None:
+        super().__init__(refusal.error.message)
+        self.refusal = refusal
+
+
+class StdinMessages:
+    """The protocol's messages from stdin, each line parsed once, as the server reads them.
+    A line that is none is answered with ``refuse`` and skipped (blank lines are skipped)."""
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self._reader = reader
-        #: Answers a line that is no JSON-RPC message; None: such lines pass to the SDK.
+        #: Answers a line that is no message (set once the write stream is open).
         self.refuse: Refuse | None = None
         #: The start of a line past ``MAX_LINE`` (where its ``id`` is looked for).
         self._head = b""
 
-    def __aiter__(self) -> StdinLines:
+    def __aiter__(self) -> StdinMessages:
         return self
 
     def end(self) -> None:
-        """End the lines now, as the client closing stdin would (a stop by signal)."""
+        """End the messages now, as the client closing stdin would (a stop by signal)."""
         self._reader.feed_eof()
 
-    async def __anext__(self) -> str:
+    async def pass_on(self, messages: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
+        """Send each message to ``messages`` (the server's read stream), which is closed at
+        the end of stdin; ends early when the server has stopped reading."""
+        async with messages:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                async for message in self:
+                    await messages.send(SessionMessage(message))
+
+    async def __anext__(self) -> types.JSONRPCMessage:
         while True:
             line = await self._line()
             if line is None:
                 head, self._head = self._head, b""
-                if self.refuse is not None:
-                    await self.refuse(_too_long(head))
+                await self._refuse(_too_long(head))
                 continue
             if not line:
                 raise StopAsyncIteration
             text = line.decode("utf-8", "replace")
-            if self.refuse is None or not text.strip():
-                return text
-            refusal = refusal_of_line(text)
-            if refusal is None:
-                return text
-            instead = response_in_place_of(text, refusal)
-            if instead is not None:
-                return instead
+            if not text.strip():
+                continue
+            try:
+                return parse_line(text)
+            except UnreadableLine as exc:
+                instead = response_in_place_of(text, exc.refusal)
+                if instead is not None:
+                    return instead
+                await self._refuse(exc.refusal)
+
+    async def _refuse(self, refusal: types.JSONRPCError) -> None:
+        if self.refuse is not None:
             await self.refuse(refusal)
 
     async def _line(self) -> bytes | None:
@@ -104,13 +149,14 @@ class StdinLines:
                 await self._reader.read(exc.consumed)
 
 
-def refusal_of_line(line: str) -> types.JSONRPCError | None:
-    """The error answering ``line`` when the SDK cannot read it as a JSON-RPC message
-    (None when it can). Its ``id`` is the request's: a line without a top-level
-    ``method`` is no request, and is answered with ``id: null`` (the id of a response is
-    one of this server's requests, which the client must not take for one of its own)."""
+def parse_line(line: str) -> types.JSONRPCMessage:
+    """The JSON-RPC message ``line`` holds, parsed as the SDK's transport parses it; else
+    ``UnreadableLine`` with the error answering it. Its ``id`` is the request's: a line
+    without a top-level ``method`` is no request, and is answered with ``id: null`` (the
+    id of a response is one of this server's requests, which the client must not take
+    for one of its own)."""
     try:
-        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        return types.jsonrpc_message_adapter.validate_json(line, by_name=False)
     except ValidationError as exc:
         errors = exc.errors(include_url=False, include_input=False, include_context=False)
         if errors and errors[0]["type"] == "json_invalid":
@@ -119,14 +165,16 @@ def refusal_of_line(line: str) -> types.JSONRPCError | None:
             code, message = types.INVALID_REQUEST, "Invalid Request: not a JSON-RPC 2.0 message"
         error = types.ErrorData(code=code, message=message)
         found = _top_level(line)
-        return types.JSONRPCError(jsonrpc="2.0", id=found.id if found.method else None, error=error)
-    return None
+        refusal_id = found.id if found.method else None
+        raise UnreadableLine(
+            types.JSONRPCError(jsonrpc="2.0", id=refusal_id, error=error)
+        ) from None
 
 
-def response_in_place_of(line: str, refusal: types.JSONRPCError) -> str | None:
+def response_in_place_of(line: str, refusal: types.JSONRPCError) -> types.JSONRPCError | None:
     """For a client's unreadable response to a request of this server (an elicitation):
-    an error response with its id, for the SDK to read instead, so the request it answers
-    fails at once instead of waiting for ever. None for any other line."""
+    an error response with its id, for the server to read instead, so the request it
+    answers fails at once instead of waiting for ever. None for any other line."""
     found = _top_level(line)
     if found.method or found.id is None or not found.answer:
         return None
@@ -134,9 +182,7 @@ def response_in_place_of(line: str, refusal: types.JSONRPCError) -> str | None:
         code=types.INVALID_REQUEST,
         message=f"the client's response could not be read ({refusal.error.message})",
     )
-    return types.JSONRPCError(jsonrpc="2.0", id=found.id, error=error).model_dump_json(
-        by_alias=True
-    )
+    return types.JSONRPCError(jsonrpc="2.0", id=found.id, error=error)
 
 
 def _too_long(head: bytes) -> types.JSONRPCError:
@@ -204,8 +250,8 @@ def _top_level(line: str) -> _TopLevel:
 
 
 @contextlib.asynccontextmanager
-async def protocol_stdin() -> AsyncIterator[StdinLines | None]:
-    """stdin as cancellable lines while the protocol is served; fd 0 restored after."""
+async def protocol_stdin() -> AsyncIterator[StdinMessages | None]:
+    """stdin as cancellable messages while the protocol is served; fd 0 restored after."""
     try:
         private = os.dup(sys.stdin.fileno())
     except (OSError, ValueError, AttributeError):
@@ -227,7 +273,7 @@ async def protocol_stdin() -> AsyncIterator[StdinLines | None]:
     os.dup2(null, 0)
     os.close(null)
     try:
-        yield StdinLines(reader)
+        yield StdinMessages(reader)
     finally:
         transport.close()  # closes the private duplicate
         os.dup2(saved, 0)

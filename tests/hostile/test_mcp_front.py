@@ -22,7 +22,12 @@ from support import JANITOR_AGENT, JANITOR_TOOLS
 
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.mcp.catalog import Catalog
-from openprogram_yaml.mcp.stdio import StdinLines, refusal_of_line, response_in_place_of
+from openprogram_yaml.mcp.stdio import (
+    StdinMessages,
+    UnreadableLine,
+    parse_line,
+    response_in_place_of,
+)
 
 #: Generous: a subprocess starts in about a second.
 TIMEOUT_S = 30.0
@@ -58,6 +63,15 @@ UNREADABLE = {
 
 
 Reply = Callable[[bytes], Awaitable[dict[str, Any]]]
+
+
+def refusal_of_line(line: str) -> types.JSONRPCError | None:
+    """The error answering ``line``, or None when it is a message."""
+    try:
+        parse_line(line)
+    except UnreadableLine as exc:
+        return exc.refusal
+    return None
 
 
 @asynccontextmanager
@@ -171,7 +185,7 @@ def test_the_id_of_an_unreadable_line_is_its_own_or_null(
     assert (refusal.id, refusal.error.code) == (request_id, code)
 
 
-def test_a_readable_line_is_left_to_the_sdk() -> None:
+def test_a_readable_line_is_a_message() -> None:
     assert refusal_of_line(call(1, '{"ticket": "x"}').decode()) is None
 
 
@@ -181,7 +195,7 @@ def test_a_line_past_the_limit_is_answered_and_skipped_and_the_next_one_read() -
 
     async def scenario() -> None:
         reader = asyncio.StreamReader(limit=64)
-        lines = StdinLines(reader)
+        lines = StdinMessages(reader)
         refused: list[types.JSONRPCError] = []
 
         async def refuse(error: types.JSONRPCError) -> None:
@@ -193,7 +207,7 @@ def test_a_line_past_the_limit_is_answered_and_skipped_and_the_next_one_read() -
         for chunk in (long_line[:100], long_line[100:], ping, long_line[:-1]):
             reader.feed_data(chunk)
         reader.feed_eof()
-        assert await lines.__anext__() == ping.decode()
+        assert await lines.__anext__() == parse_line(ping.decode())
         [error] = refused
         assert (error.id, error.error.code) == (7, types.INVALID_REQUEST)
         assert "longer than 64 MiB" in error.error.message
@@ -245,9 +259,7 @@ def test_an_unreadable_response_reaches_the_sdk_as_an_error_with_its_id() -> Non
     line = '{"jsonrpc": "2.0", "id": 4, "result": [1]}'
     refusal = refusal_of_line(line)
     assert refusal is not None
-    instead = response_in_place_of(line, refusal)
-    assert instead is not None
-    error = types.jsonrpc_message_adapter.validate_json(instead, by_name=False)
+    error = response_in_place_of(line, refusal)
     assert isinstance(error, types.JSONRPCError) and error.id == 4
     assert "could not be read" in error.error.message
     # a request, or a line with no id, is answered instead (refusal_of_line)
