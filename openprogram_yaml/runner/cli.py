@@ -383,6 +383,10 @@ def _load_method(
 
 def _cmd_run(argv: Sequence[str]) -> int:
     args = _run_parser().parse_args(argv)
+    if args.watch and (args.record is not None or args.replay is not None):
+        # The runs --watch starts took neither: a replay asked for ran the live model.
+        _emit(sys.stderr, "error: --watch does not go together with --record or --replay")
+        return 2
     if _refused_outputs(args) or not _start_telemetry(args):
         return 2
     if args.watch:

@@ -114,3 +114,23 @@ def test_a_broken_recording_is_bad_input_named_at_its_line_not_a_failed_turn(
     # A folder that is not there is said the same way.
     assert main([*commands[0][:-1], str(tmp_path / "nowhere")]) == 2
     assert "no recordings folder here" in capsys.readouterr().err
+
+
+def test_watch_refuses_record_and_replay_it_would_not_use(tmp_path: Path, capsys) -> None:
+    # The runs --watch starts took neither: a replay asked for ran the live model, and the
+    # watch went on until stopped.
+    import threading
+
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(BROKEN_AGENT)
+    for option in ("--record", "--replay"):
+        folder = tmp_path / option.strip("-")
+        codes: list[int] = []
+        argv = [str(agent), "greet", "-i", "who=Ada", "--watch", option, str(folder)]
+        thread = threading.Thread(target=lambda a=argv, c=codes: c.append(main(a)), daemon=True)
+        thread.start()
+        thread.join(20.0)
+        assert codes == [2], "the watch went on"
+        err = capsys.readouterr().err
+        assert "--watch does not go together with --record or --replay" in err
+        assert not folder.exists()
