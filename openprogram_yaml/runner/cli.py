@@ -621,6 +621,7 @@ def _cmd_watch(args: argparse.Namespace) -> int:
             records=args.records,
             trace=args.trace,
             live_tools=args.live_tools,
+            approve_all=args.yes,
         )
     )
 

@@ -76,8 +76,12 @@ async def watch_and_run(
     trace: Path | None = None,
     grace_s: float = DEFAULT_GRACE_S,
     live_tools: bool = False,
+    approve_all: bool = False,
 ) -> int:
     """Run, then re-run on every new version; the exit status (0 once stopped).
+
+    ``approve_all`` (``--yes``) approves every confirmation a tool asks for; without it a
+    tool declared ``confirm`` is refused, as nobody is asked while the files are watched.
 
     Outputs go to stdout (text, or one JSON record per run with ``--json``); reloads and
     diagnostics go to stderr. A broken edit is reported and the next fix runs again.
@@ -90,7 +94,7 @@ async def watch_and_run(
     except ConfigError as exc:
         say(describe_failure(_shown(exc.diagnostics)) + " Waiting for a fix…")
     log = RecordLog(records) if records else None
-    service = RunService(holder.snapshot, log, live_tools=live_tools)
+    service = RunService(holder.snapshot, log, live_tools=live_tools, approve_all=approve_all)
     new_version = asyncio.Event()
 
     def on_reload(event: ReloadEvent) -> None:

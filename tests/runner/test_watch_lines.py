@@ -4,6 +4,7 @@ without the editor's own files, and diagnostics named relative to the working fo
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pty
 import signal
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from reload_helpers import EVENT_TIMEOUT_S, save, write_agent
-from support import read_until
+from support import JANITOR_AGENT, JANITOR_TOOLS, read_until
 
 from openprogram_yaml.runner.watch import is_editor_temp_file
 
@@ -113,3 +114,30 @@ def test_watch_shows_the_models_escape_sequences_on_a_terminal_as_text(tmp_path:
         proc.wait(EVENT_TIMEOUT_S)
         os.close(controller)
     assert shown.rstrip() == rb"test reply to: first \x1b]52;c;aGk=\x07", shown
+
+
+def test_watch_with_yes_approves_the_confirmations_of_its_runs(tmp_path: Path) -> None:
+    # --yes was accepted with --watch and not passed on: each run refused the tool as if
+    # nobody had said yes.
+    (tmp_path / "janitor.yaml").write_text(JANITOR_AGENT)
+    (tmp_path / "janitor_tools.py").write_text(JANITOR_TOOLS)
+    argv = ["janitor.yaml", "tidy", "--watch", "--yes", "--json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openprogram_yaml", *argv],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert proc.stdout is not None
+    try:
+        line = proc.stdout.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(EVENT_TIMEOUT_S)
+        proc.stdout.close()
+    record = json.loads(line)
+    assert record["status"] == "ok", record
+    assert record.get("tools_not_run", []) == [], record
+    assert [(c["name"], c["by"]) for c in record["confirmations"]] == [("remove", "--yes")]
