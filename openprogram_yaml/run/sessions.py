@@ -250,12 +250,19 @@ class SessionStore:
                 db.execute("PRAGMA foreign_keys=ON")
                 db.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
                 db.executescript(_SCHEMA)
+                foreign = _foreign_schema(db)
             except sqlite3.Error as exc:
                 error = SessionStoreBusy if _is_busy(exc) else UsageError
                 raise error(f"cannot open the session store {self.path}: {exc}") from None
             except OSError as exc:
                 reason = exc.strerror or exc
                 raise UsageError(f"cannot open the session store {self.path}: {reason}") from None
+            if foreign is not None:
+                db.close()
+                raise UsageError(
+                    f"the session store {self.path} holds {foreign} that openprogram-run did "
+                    "not write; delete the store"
+                )
             self._db = db
         return self._db
 
@@ -477,6 +484,31 @@ class SessionStore:
             n += 1
             name = f"{base}-{n}"
         return name
+
+
+def _foreign_schema(db: sqlite3.Connection) -> str | None:
+    """What ``db``'s schema holds beyond the store's own tables and index (``_SCHEMA``), as
+    "a view 'sessions'", or None. A store is a file in the project's folder, which a
+    repository may bring: a view or a trigger there runs on every read or write of the
+    store (a recursive one without end: ``sessions list`` hung), and a table of another
+    shape can hold what this code never checks."""
+    own = sqlite3.connect(":memory:")
+    try:
+        own.executescript(_SCHEMA)
+        expected = set(own.execute(_SCHEMA_ROWS).fetchall())
+    finally:
+        own.close()
+    for kind, name, sql in db.execute(_SCHEMA_ROWS):
+        if (kind, name, sql) not in expected:
+            return f"a {kind} {_shown(name)}"
+    return None
+
+
+#: The objects of a store's schema, but those SQLite makes for itself (``sqlite_sequence``,
+#: the primary key's index).
+_SCHEMA_ROWS = (
+    "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite!_%' ESCAPE '!'"
+)
 
 
 class _transaction:

@@ -1,0 +1,118 @@
+"""Hostile input to the front ends around a run: a session store a repository brought (or
+another program wrote), a lock file, a test file's expectations, recorded embeddings, and
+model names of the OpenAI-compatible endpoint.
+
+Each test failed before its fix: a store holding a recursive view hung ``sessions list``,
+names in a store or a lock drove the terminal, a short list of recorded embeddings and a
+JSON path index of 5,000 digits were tracebacks.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from openprogram_yaml.errors import UsageError
+from openprogram_yaml.run.sessions import SessionStore, sessions_path
+from openprogram_yaml.runner.cli import main
+
+#: How long a command may take before it counts as hung (it never waits when it works).
+_HUNG_AFTER_S = 20.0
+
+#: A name that, printed raw, would set the terminal's title and clear its screen.
+_ESCAPES = "s1\x1b]0;owned\x07\x1b[2J"
+
+
+def _within_time(call: Callable[[], int]) -> int:
+    """``call()``'s result; fails the test, instead of hanging it, when it does not end."""
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    thread.join(_HUNG_AFTER_S)
+    assert not thread.is_alive(), "the command hung"
+    assert result, "the command raised"
+    return result[0]
+
+
+# --- the session store --------------------------------------------------------------------
+
+
+def _planted_store(root: Path, *statements: str) -> Path:
+    """A store the tool wrote in ``root`` (one session 's1'), then ``statements`` run on it
+    as a repository could have."""
+    path = sessions_path(root)
+    with SessionStore(path) as store:
+        store.open("s1", "bot", "talk")
+        store.add_turn("s1", "hi", "hello", run_id=None, version=None)
+    db = sqlite3.connect(path)
+    with db:
+        for statement in statements:
+            db.execute(statement)
+    db.close()
+    return path
+
+
+_ENDLESS = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c)"
+
+
+@pytest.mark.parametrize(
+    ("statements", "named"),
+    [
+        (
+            # The store's own table swapped for a view that never ends.
+            [
+                "DROP TABLE messages",
+                "DROP TABLE sessions",
+                f"CREATE VIEW sessions AS {_ENDLESS} SELECT 'a' AS name, 'b' AS agent, "
+                "'c' AS method, 'd' AS created_at, 'e' AS updated_at FROM c WHERE x < 0",
+            ],
+            "a view 'sessions'",
+        ),
+        (
+            [f"CREATE VIEW extra AS {_ENDLESS} SELECT x FROM c"],
+            "a view 'extra'",
+        ),
+        (
+            [
+                "CREATE TRIGGER t AFTER INSERT ON messages BEGIN "
+                f"INSERT INTO messages (session, role, content, created_at) {_ENDLESS} "
+                "SELECT 's1', 'user', 'x', 'y' FROM c; END"
+            ],
+            "a trigger 't'",
+        ),
+        (
+            ["CREATE TABLE other (x TEXT)"],
+            "a table 'other'",
+        ),
+    ],
+    ids=["recursive-view", "extra-view", "trigger", "extra-table"],
+)
+def test_a_store_holding_what_the_tool_never_writes_is_refused_not_run(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    statements: list[str],
+    named: str,
+) -> None:
+    path = _planted_store(tmp_path, *statements)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["sessions", "list"], ["sessions", "show", "s1"], ["sessions", "delete", "s1"]):
+        code = _within_time(lambda argv=argv: main(argv))  # type: ignore[misc]
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert f"the session store {path} holds {named} that openprogram-run did not write" in err
+    with SessionStore(path) as store, pytest.raises(UsageError, match=named):
+        store.begin_turn("s1", "bot", "talk")
+
+
+def test_a_store_the_tool_wrote_is_read_as_before(tmp_path: Path) -> None:
+    path = _planted_store(tmp_path)
+    with SessionStore(path) as store:
+        assert [m.content for m in store.messages("s1")] == ["hi", "hello"]
+        store.add_turn("s1", "again", "sure", run_id="r", version="v")
+    with SessionStore(path) as store:
+        assert [s.messages for s in store.sessions()] == [4]
