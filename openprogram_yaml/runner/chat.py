@@ -107,8 +107,11 @@ def _chat_parser() -> argparse.ArgumentParser:
 
 
 def _say(text: str, secrets: frozenset[str] = frozenset()) -> None:
-    """A line of the chat's own (not an answer) on stderr, redacted."""
-    sys.stderr.write(redact(text, secrets) + "\n")
+    """A line of the chat's own (not an answer) on stderr, redacted, and shown on a terminal,
+    never obeyed: it may quote what a session store or a reload holds."""
+    from .terminal_asker import shown_on_terminal
+
+    sys.stderr.write(shown_on_terminal(redact(text, secrets)) + "\n")
     sys.stderr.flush()
 
 
@@ -499,12 +502,16 @@ def sessions_command(argv: Sequence[str]) -> int:
 
 
 def _sessions_action(store: SessionStore, args: argparse.Namespace) -> int:
+    from .json_text import safe_json_text
+    from .terminal_asker import shown_on_terminal
+
     out = sys.stdout
+    # What a store holds (a model's messages; names, when another program wrote it) is
+    # shown on a terminal, never obeyed (its escape sequences); JSON escapes them anyway.
+    shown = shown_on_terminal if out.isatty() else str
     if args.action == "list":
         sessions = store.sessions()
         if args.json:
-            from .json_text import safe_json_text
-
             out.writelines(
                 safe_json_text(json.dumps(s.to_dict(), ensure_ascii=False)) + "\n" for s in sessions
             )
@@ -513,23 +520,19 @@ def _sessions_action(store: SessionStore, args: argparse.Namespace) -> int:
             _say(f"no sessions in {store.path}")
         for s in sessions:
             count = f"{s.messages} message{'s' if s.messages != 1 else ''}"
-            out.write(f"{s.name}  {s.agent}.{s.method}  {count}  last {s.updated_at}\n")
+            out.write(shown(f"{s.name}  {s.agent}.{s.method}  {count}  last {s.updated_at}") + "\n")
         return 0
     if args.action == "show":
-        from .terminal_asker import shown_on_terminal
-
-        # What a model wrote is shown on a terminal, never obeyed (its escape sequences).
-        shown = shown_on_terminal if out.isatty() else str
         info = store.require(args.name)
-        out.write(f"session {info.name} · {info.agent}.{info.method}\n")
+        out.write(shown(f"session {info.name} · {info.agent}.{info.method}") + "\n")
         for m in store.messages(args.name):
             who = "you" if m.role == "user" else info.agent
-            out.write(f"\n{who}:\n{shown(m.content)}\n")
+            out.write(f"\n{shown(who)}:\n{shown(m.content)}\n")
         return 0
     if args.action == "export":
         lines = [line + "\n" for line in store.export_jsonl(args.name)]
         if args.output is None:
-            out.writelines(lines)
+            out.writelines(safe_json_text(line) for line in lines)
             return 0
         try:
             args.output.write_text("".join(lines), encoding="utf-8")

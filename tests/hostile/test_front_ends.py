@@ -9,7 +9,11 @@ JSON path index of 5,000 digits were tracebacks.
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -116,3 +120,66 @@ def test_a_store_the_tool_wrote_is_read_as_before(tmp_path: Path) -> None:
         store.add_turn("s1", "again", "sure", run_id="r", version="v")
     with SessionStore(path) as store:
         assert [s.messages for s in store.sessions()] == [4]
+
+
+def _on_a_terminal(argv: list[str], cwd: Path) -> tuple[int, bytes, bytes]:
+    """``openprogram-run ARGV`` with a pty as stdout: its exit status, what the terminal
+    showed and what went to stderr."""
+    controller, terminal = os.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openprogram_yaml", *argv],
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+    )
+    os.close(terminal)
+    shown = bytearray()
+    try:
+        _, err = proc.communicate(timeout=60)
+        while True:
+            try:
+                piece = os.read(controller, 4096)
+            except OSError:
+                break
+            if not piece:
+                break
+            shown += piece
+    finally:
+        proc.kill()
+        os.close(controller)
+    return proc.returncode, bytes(shown), err
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="no ptys")
+def test_names_in_a_store_never_drive_the_terminal(tmp_path: Path) -> None:
+    _planted_store(
+        tmp_path,
+        f"UPDATE sessions SET name = '{_ESCAPES}', agent = 'bot\x1b[31m'",
+        f"UPDATE messages SET session = '{_ESCAPES}'",
+    )
+    for argv in (["sessions", "list"], ["sessions", "show", _ESCAPES]):
+        code, shown, err = _on_a_terminal(argv, tmp_path)
+        assert code == 0, err
+        assert b"\x1b" not in shown and b"\x07" not in shown, shown
+        assert b"s1\\x1b]0;owned\\x07\\x1b[2J" in shown
+    # Its errors list the names on stderr: shown too, never obeyed.
+    code, _, err = _on_a_terminal(["sessions", "show", "nope"], tmp_path)
+    assert code == 2
+    assert b"\x1b" not in err and b"sessions: s1\\x1b]0;owned" in err
+
+
+def test_an_exported_session_escapes_what_would_drive_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A model's answer: a C1 CSI (as ESC [ is) and a bidi override, which JSON keeps raw.
+    answer = "fine \u009b2J and \u202etxt.exe"
+    with SessionStore(sessions_path(tmp_path)) as store:
+        store.open("s1", "bot", "talk")
+        store.add_turn("s1", "hi", answer, run_id=None, version=None)
+    monkeypatch.chdir(tmp_path)
+    assert main(["sessions", "export", "s1"]) == 0
+    out = capsys.readouterr().out
+    assert "\u009b" not in out and "\u202e" not in out
+    assert "\\u009b2J and \\u202etxt.exe" in out
+    assert json.loads(out.splitlines()[-1])["content"] == answer
