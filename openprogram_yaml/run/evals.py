@@ -237,10 +237,29 @@ class _Grader:
             current_method.reset(token)
         if isinstance(vectors, TurnFailure):
             return failed(vectors.message)
-        return Grade("similar", cosine(vectors[0], vectors[1]), similar.at_least, model, similar.to)
+        problem = _embeddings_problem(vectors)
+        if problem is not None:
+            return failed(f"the embeddings model answered {problem}")
+        score = cosine(vectors[0], vectors[1])
+        if not math.isfinite(score):
+            return failed(
+                "the embeddings hold a number that is not finite, or too large to compare"
+            )
+        return Grade("similar", score, similar.at_least, model, similar.to)
 
     async def aclose(self) -> None:
         await self.selector.aclose()
+
+
+def _embeddings_problem(vectors: Sequence[Sequence[float]]) -> str | None:
+    """What keeps ``vectors``, the embeddings of two texts (a provider's or a recording's
+    answer), from being compared; None when nothing does."""
+    if len(vectors) != 2:
+        return f"{len(vectors)} vector(s) for 2 texts"
+    first, second = vectors
+    if len(first) != len(second) or not first:
+        return f"vectors of {len(first)} and {len(second)} numbers"
+    return None
 
 
 def _failure_text(exc: BaseException) -> str:

@@ -183,3 +183,66 @@ def test_an_exported_session_escapes_what_would_drive_a_terminal(
     assert "\u009b" not in out and "\u202e" not in out
     assert "\\u009b2J and \\u202etxt.exe" in out
     assert json.loads(out.splitlines()[-1])["content"] == answer
+
+
+# --- graded expectations ------------------------------------------------------------------
+
+_EVALS_PROJECT = {
+    "openprogram.yaml": "version: 1\nname: evals\nagents: [agents/*.yaml]\ntests: [tests/*.yaml]\n",
+    "agents/desk.yaml": """\
+version: 1
+name: desk
+model: test
+methods:
+  reply:
+    inputs: {ticket: {type: string}}
+    prompt: "Answer the ticket: {{ ticket }}"
+""",
+    "tests/desk.tests.yaml": """\
+version: 1
+agent: desk
+tests:
+  - name: close
+    method: reply
+    inputs: {ticket: "Where is my refund?"}
+    expect:
+      similar: {to: "refund ticket answer", at_least: 0.0}
+""",
+}
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.mark.parametrize(
+    ("vectors", "said"),
+    [
+        ("[[1.0]]", "answered 1 vector(s) for 2 texts"),
+        ("[]", "answered 0 vector(s) for 2 texts"),
+        ("[[1.0, 2.0], [3.0]]", "answered vectors of 2 and 1 numbers"),
+        ("[[], []]", "answered vectors of 0 and 0 numbers"),
+        ('[["nan"], [1.0]]', "not finite, or too large to compare"),
+        ("[[1e308, 1e308], [1e308, 1e308]]", "not finite, or too large to compare"),
+    ],
+)
+def test_recorded_embeddings_that_are_not_two_vectors_fail_the_test_with_a_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], vectors: str, said: str
+) -> None:
+    root = _write(tmp_path, _EVALS_PROJECT)
+    recordings = root / "rec"
+    assert main(["test", str(root), "--record", str(recordings)]) == 0
+    capsys.readouterr()
+    (recording,) = (recordings / "embeddings").glob("*.yaml")
+    text = recording.read_text(encoding="utf-8")
+    start = text.index("  content: '")
+    end = text.index("\n", start)
+    recording.write_text(f"{text[:start]}  content: '{vectors}'{text[end:]}", encoding="utf-8")
+    code = main(["test", str(root), "--replay", str(recordings)])
+    report = "".join(capsys.readouterr())
+    assert code == 1, report
+    assert "Traceback" not in report
+    assert "could not grade (similar, test): the embeddings" in report and said in report
