@@ -63,7 +63,10 @@ def parse_json_path(text: str) -> JsonPath | None:
         if match is None:
             return None
         name, index, quoted = match.groups()
-        out.append(int(index) if index is not None else (name or quoted))
+        try:
+            out.append(int(index) if index is not None else (name or quoted))
+        except ValueError:  # an index of more digits than int() reads (4,300)
+            return None
         pos = match.end()
     return tuple(out)
 

@@ -246,3 +246,19 @@ def test_recorded_embeddings_that_are_not_two_vectors_fail_the_test_with_a_reaso
     assert code == 1, report
     assert "Traceback" not in report
     assert "could not grade (similar, test): the embeddings" in report and said in report
+
+
+def test_a_json_path_index_of_thousands_of_digits_is_a_positioned_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = "9" * 5000  # past the 4,300 digits int() reads
+    tests = _EVALS_PROJECT["tests/desk.tests.yaml"].replace(
+        '      similar: {to: "refund ticket answer", at_least: 0.0}\n',
+        f'      json_path:\n        ? "$[{index}]"\n        : 1\n',
+    )
+    root = _write(tmp_path, {**_EVALS_PROJECT, "tests/desk.tests.yaml": tests})
+    code = main(["test", str(root)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert f"desk.tests.yaml:10:11: error: '$[{index}]' is not a JSON path" in err
