@@ -155,8 +155,8 @@ def models_list(program: Program, created: int) -> JSONObject:
 def find_method(program: Program, name: str) -> Method:
     """The method model ``name`` runs; a 404 ``model_not_found`` naming the nearest ones."""
     # Looked up directly: building every name is for a miss (1,000 methods: 0.1 ms).
-    agent_name, _, method_name = name.rpartition(".")
-    if not agent_name and len(program.agents) == 1:
+    agent_name, dot, method_name = name.rpartition(".")
+    if not dot and len(program.agents) == 1:  # a bare method name (not ".method")
         [agent_name] = program.agents
     agent = program.agents.get(agent_name)
     if agent is not None and method_name in agent.methods:

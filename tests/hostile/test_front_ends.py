@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import UsageError
 from openprogram_yaml.run.sessions import SessionStore, sessions_path
 from openprogram_yaml.runner.cli import main
+from openprogram_yaml.serve.openai_api import OpenAIError, find_method, model_table
 
 #: How long a command may take before it counts as hung (it never waits when it works).
 _HUNG_AFTER_S = 20.0
@@ -262,3 +264,31 @@ def test_a_json_path_index_of_thousands_of_digits_is_a_positioned_error(
     assert code == 2, err
     assert "Traceback" not in err
     assert f"desk.tests.yaml:10:11: error: '$[{index}]' is not a JSON path" in err
+
+
+# --- the OpenAI-compatible endpoint's model names ----------------------------------------
+
+
+def _agent(name: str, *methods: str) -> str:
+    body = "".join(f"  {m}:\n    prompt: hi\n" for m in methods)
+    return f"version: 1\nname: {name}\nmodel: test\nmethods:\n{body}"
+
+
+@pytest.mark.parametrize("agents", [["bot"], ["bot", "pal"]])
+def test_a_model_name_runs_a_method_exactly_when_v1_models_lists_it(
+    tmp_path: Path, agents: list[str]
+) -> None:
+    files = {"openprogram.yaml": "version: 1\nname: p\nagents: [agents/*.yaml]\n"}
+    for agent in agents:
+        files[f"agents/{agent}.yaml"] = _agent(agent, "reply", "sum")
+    program = compile_path(_write(tmp_path, files))
+    table = model_table(program)
+    names = {*table, "", ".", "..", "reply.", ".reply", "bot.", ".bot.reply", "bot..reply"}
+    names |= {f"{n}." for n in table} | {f".{n}" for n in table} | {f"x.{n}" for n in table}
+    for name in sorted(names):
+        if name in table:
+            assert find_method(program, name) is table[name], name
+        else:
+            with pytest.raises(OpenAIError) as refused:
+                find_method(program, name)
+            assert refused.value.status == 404, name
