@@ -421,16 +421,23 @@ class SessionStore:
     def add_turn(
         self, name: str, user: str, answer: str, *, run_id: str | None, version: str | None
     ) -> None:
-        """Keep one exchange: the person's message and the answer, in one transaction."""
+        """Keep one exchange: the person's message and the answer, in one transaction; a
+        ``UsageError`` when the session is gone (another process deleted it meanwhile)."""
         now = _now()
         with self._using() as db, _transaction(db):
+            found = db.execute(
+                "UPDATE sessions SET updated_at = ? WHERE name = ?", (now, name)
+            ).rowcount
+            if not found:
+                raise UsageError(
+                    f"session '{name}' was deleted while its turn ran; the turn is not kept"
+                )
             for role, content in (("user", user), ("assistant", answer)):
                 db.execute(
                     "INSERT INTO messages (session, role, content, created_at, run_id, version) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
                     (name, role, content, now, run_id, version),
                 )
-            db.execute("UPDATE sessions SET updated_at = ? WHERE name = ?", (now, name))
 
     def begin_turn(self, name: str, agent: str, method: str) -> tuple[Message, ...]:
         """Session ``name`` opened for ``agent.method`` (created when new, see ``open``),

@@ -274,6 +274,13 @@ class _Chat:
         except UsageError as exc:  # the method is gone from the files
             _say(f"error: {exc}")
             return
+        # The store is shared (another chat, a server, `sessions delete`): a step it cannot
+        # take now is said, and the chat goes on, as serve answers and goes on.
+        try:
+            history = self.store.begin_turn(self.session, self.agent, self.method)
+        except UsageError as exc:
+            _say(f"error: {exc}")
+            return
         secrets = self.secrets = run_secrets(agent)
         display = RunDisplay(
             self.where,
@@ -286,12 +293,7 @@ class _Chat:
         inputs = {**self.fixed, **self.attached, self.message_input: line}
         self.attached = {}  # they go with this message only
         task = service.start(
-            self.agent,
-            self.method,
-            inputs,
-            model=self.model,
-            on_event=display,
-            history=self.store.begin_turn(self.session, self.agent, self.method),
+            self.agent, self.method, inputs, model=self.model, on_event=display, history=history
         )
         self.turn = task
         try:
@@ -299,11 +301,15 @@ class _Chat:
         finally:
             self.turn = None
         shown = display.finish(record.output if record.status == "ok" else None)
-        if self.store.end_turn(self.session, line, record):
+        if record.status == "ok":
             if not shown:  # a structured answer: shown, never obeyed, as a streamed one is
                 text = redact(turn_text(record.output), record.secrets)
                 sys.stdout.write(shown_on_terminal(text) + "\n")
                 sys.stdout.flush()
+            try:
+                self.store.end_turn(self.session, line, record)
+            except UsageError as exc:
+                _say(f"error: {exc}")
         elif record.status == "interrupted":
             _say("(cancelled; the session is as it was)")
         else:
@@ -346,9 +352,14 @@ class _Chat:
         if name == "/help":
             _say(HELP)
         elif name == "/reset":
-            self.session = self.store.new_name()
-            self.store.open(self.session, self.agent, self.method)
-            _say(f"new session {self.session}; the previous one is kept")
+            try:
+                session = self.store.new_name()
+                self.store.open(session, self.agent, self.method)
+            except UsageError as exc:  # the store cannot be used now: the session stays
+                _say(f"error: {exc}")
+            else:
+                self.session = session
+                _say(f"new session {self.session}; the previous one is kept")
         elif name == "/model":
             if rest:
                 self.model = rest

@@ -508,3 +508,38 @@ def test_an_input_history_that_is_no_regular_file_is_not_kept_and_the_chat_goes_
         assert term.close() == 0
     assert "Traceback" not in term.shown.decode(errors="replace")
     assert victim.read_text() == "precious\n"
+
+
+def test_a_session_deleted_while_its_answer_comes_is_said_and_the_chat_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gate = threading.Event()
+    events = openai_sse([_chunk("Once upon "), _chunk("a time"), _done()])
+    with LoopbackServer() as server:
+        (tmp_path / "pal.yaml").write_text(AGENT % (server.url + "/v1"))
+        reply = sse_reply([])
+        server.add(Reply(reply.status, b"", reply.headers, events=Gated(events, 1, gate)))
+        server.add(_answer("Short."))
+        try:
+            with _chat(["pal.yaml", "--session", "s"], tmp_path) as term:
+                term.wait_for(PROMPT)
+                term.type("tell me a story\r")
+                term.wait_for("Once upon ")
+                # Another process (here `sessions delete`) while the answer comes: the chat
+                # ended on the turn it could not keep.
+                assert main(["sessions", "delete", "s", "-p", str(tmp_path)]) == 0
+                gate.set()
+                term.wait_for("error: session 's' was deleted while its turn ran")
+                term.wait_for(PROMPT)
+                term.type("a short one then\r")
+                term.wait_for("Short.")
+                term.wait_for(PROMPT)
+                assert term.close() == 0
+        finally:
+            gate.set()
+    assert "Traceback" not in term.shown.decode(errors="replace")
+    # The next turn began the session again, with its own exchange only.
+    capsys.readouterr()
+    assert main(["sessions", "show", "s", "-p", str(tmp_path)]) == 0
+    shown = capsys.readouterr().out
+    assert "a short one then" in shown and "tell me a story" not in shown
