@@ -10,7 +10,7 @@ import json
 import math
 from typing import TypeAlias
 
-__all__ = ["JSONObject", "JSONValue", "holds_text_only", "is_text", "parse_json"]
+__all__ = ["JSONObject", "JSONValue", "holds_text_only", "is_text", "json_equal", "parse_json"]
 
 JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None"
 JSONObject: TypeAlias = "dict[str, JSONValue]"
@@ -78,4 +78,28 @@ def holds_text_only(value: object, *, finite: bool = False) -> bool:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+    return True
+
+
+def json_equal(a: object, b: object) -> bool:
+    """Whether ``a`` and ``b`` are the same JSON value, as JSON Schema's ``const`` sees it:
+    ``true`` is not ``1`` and ``false`` is not ``0``, which Python's ``==`` takes as equal
+    (a test expecting ``{urgent: false}`` passed on ``{"urgent": 0}``); ``1`` and ``1.0``
+    are one number. Lists and dicts are walked without recursion (any depth)."""
+    pairs = [(a, b)]
+    while pairs:
+        x, y = pairs.pop()
+        if isinstance(x, dict) and isinstance(y, dict):
+            if x.keys() != y.keys():
+                return False
+            pairs.extend((value, y[key]) for key, value in x.items())
+        elif isinstance(x, list) and isinstance(y, list):
+            if len(x) != len(y):
+                return False
+            pairs.extend(zip(x, y, strict=True))
+        elif isinstance(x, bool) or isinstance(y, bool):
+            if x is not y:
+                return False
+        elif x != y:
+            return False
     return True

@@ -18,7 +18,7 @@ from typing import Protocol, TextIO
 
 from ..compile.program import Program
 from ..compile.prompt_tests import MISSING, CompiledTest, value_at
-from ..json_types import JSONObject
+from ..json_types import JSONObject, json_equal
 from ..run.costs import sum_costs, usage_line
 from ..run.evals import Grade, ModelSummary, grade_outcome, summarize
 from ..run.execute import execute_run
@@ -155,7 +155,7 @@ def check_expectations(
         kind = record.error.get("type", "error")
         return [f"the run failed: {kind}: {record.error.get('message', '')}"]
     out = record.output
-    if "equals" in exp.given and out != exp.equals:
+    if "equals" in exp.given and not json_equal(out, exp.equals):
         problems.append(f"expected output to equal {_short(exp.equals)}")
     text = _text(out)
     for part in exp.contains:
@@ -173,7 +173,7 @@ def check_expectations(
         found = value_at(out, path)
         if found is MISSING:
             problems.append(f"expected {shown} to be {_short(expected)}, but there is no {shown}")
-        elif found != expected:
+        elif not json_equal(found, expected):
             problems.append(f"expected {shown} to be {_short(expected)}, got {_short(found)}")
     steps = record.path
     if exp.choice is not None:

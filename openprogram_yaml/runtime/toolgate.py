@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from openprogram_yaml.errors import AskTimeout, UserDeclined
+from openprogram_yaml.json_types import json_equal
 from openprogram_yaml.runtime.asking import Asking
 from openprogram_yaml.runtime.content import ToolContent
 
@@ -64,8 +65,9 @@ class ToolDouble:
 
 
 def arguments_match(expected: Mapping[str, object], arguments: Mapping[str, object]) -> bool:
-    """Whether ``arguments`` has every argument ``expected`` names, with an equal value."""
-    return all(k in arguments and arguments[k] == v for k, v in expected.items())
+    """Whether ``arguments`` has every argument ``expected`` names, with an equal value
+    (``json_equal``: ``true`` is not ``1``)."""
+    return all(k in arguments and json_equal(arguments[k], v) for k, v in expected.items())
 
 
 @dataclass(slots=True)

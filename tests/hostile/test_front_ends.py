@@ -22,6 +22,7 @@ import pytest
 
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import UsageError
+from openprogram_yaml.json_types import json_equal
 from openprogram_yaml.run.sessions import SessionStore, sessions_path
 from openprogram_yaml.runner.cli import main
 from openprogram_yaml.serve.openai_api import OpenAIError, find_method, model_table
@@ -292,3 +293,131 @@ def test_a_model_name_runs_a_method_exactly_when_v1_models_lists_it(
             with pytest.raises(OpenAIError) as refused:
                 find_method(program, name)
             assert refused.value.status == 404, name
+
+
+# --- expectations: JSON values, not Python's equality --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        (True, 1, False),
+        (False, 0, False),
+        (0.0, False, False),
+        ({"urgent": 0}, {"urgent": False}, False),
+        ([1, True], [1, 1], False),
+        ([[[True]]], [[[1]]], False),
+        (True, True, True),
+        (1, 1.0, True),
+        ({"a": [1, {"b": None}]}, {"a": [1.0, {"b": None}]}, True),
+        ({"a": 1}, {"a": 1, "b": 2}, False),
+        ([1], [1, 1], False),
+        ("1", 1, False),
+        (None, False, False),
+    ],
+)
+def test_json_equal_tells_booleans_from_numbers_and_else_agrees_with_equality(
+    a: object, b: object, same: bool
+) -> None:
+    assert json_equal(a, b) is same
+    assert json_equal(b, a) is same
+
+
+def test_json_equal_walks_any_depth() -> None:
+    deep_a: object = 1
+    deep_b: object = True
+    for _ in range(100_000):
+        deep_a, deep_b = [deep_a], [deep_b]
+    assert json_equal(deep_a, deep_a) and not json_equal(deep_a, deep_b)
+
+
+_FLAG_AGENT = """\
+version: 1
+name: desk
+model: test
+methods:
+  flag:
+    inputs: {ticket: {type: string}}
+    prompt: "Flag {{ ticket }}"
+    response_schema:
+      type: object
+      properties: {urgent: {type: integer}}
+      required: [urgent]
+"""
+
+
+def test_an_output_of_0_does_not_pass_for_false(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The offline model answers {"urgent": 0}.
+    tests = """\
+version: 1
+agent: desk
+tests:
+  - name: equals
+    method: flag
+    inputs: {ticket: x}
+    expect: {equals: {urgent: false}}
+  - name: path
+    method: flag
+    inputs: {ticket: x}
+    expect: {json_path: {"$.urgent": false}}
+  - name: zero
+    method: flag
+    inputs: {ticket: x}
+    expect: {equals: {urgent: 0.0}, json_path: {"$.urgent": 0}}
+"""
+    files = {
+        **_EVALS_PROJECT,
+        "agents/desk.yaml": _FLAG_AGENT,
+        "tests/desk.tests.yaml": tests,
+    }
+    root = _write(tmp_path, files)
+    assert main(["test", str(root)]) == 1
+    report = capsys.readouterr().out
+    assert "FAIL desk: equals" in report and "expected output to equal" in report
+    assert "FAIL desk: path" in report and "expected $.urgent to be false, got 0" in report
+    assert "FAIL desk: zero" not in report and "1 passed, 2 failed" in report
+
+
+def test_a_tool_called_with_0_does_not_pass_for_false(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent = """\
+version: 1
+name: desk
+model: test
+tools:
+  page:
+    python: front_end_pager:page
+methods:
+  reply:
+    inputs: {ticket: {type: string}}
+    prompt: "Answer {{ ticket }}"
+"""
+    tools = 'def page(level: int) -> str:\n    """Page someone."""\n    return "paged"\n'
+    tests = """\
+version: 1
+agent: desk
+tests:
+  - name: called with false
+    method: reply
+    inputs: {ticket: x}
+    expect: {tools_called: [{name: page, arguments: {level: false}}]}
+  - name: called with 0
+    method: reply
+    inputs: {ticket: x}
+    expect: {tools_called: [{name: page, arguments: {level: 0}}]}
+"""
+    files = {
+        **_EVALS_PROJECT,
+        "agents/desk.yaml": agent,
+        "front_end_pager.py": tools,
+        "tests/desk.tests.yaml": tests,
+    }
+    root = _write(tmp_path, files)
+    assert main(["test", str(root)]) == 1
+    report = capsys.readouterr().out
+    assert "FAIL desk: called with false" in report
+    assert "expected tool 'page' to be called with" in report
+    assert "FAIL desk: called with 0" not in report
