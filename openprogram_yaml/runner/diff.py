@@ -425,12 +425,14 @@ def _tests_summary(diff: VersionDiff) -> str:
 
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>|~])")
+_LINE_BREAK = re.compile(r"\r\n?|\n")
 
 
 def _md(text: str) -> str:
     """``text`` shown literally in Markdown (a table cell or a line): nothing in a test name
-    or a prompt can open a link, an image, a tag or a new cell."""
-    return _MD_SPECIAL.sub(r"\\\1", text.replace("\n", " "))
+    or a prompt can open a link, an image, a tag or a new cell, nor start a line (a lone
+    "\\r" ends one in Markdown, as "\\n" does: "\\r### All good" was a heading)."""
+    return _MD_SPECIAL.sub(r"\\\1", _LINE_BREAK.sub(" ", text))
 
 
 def _fence(lines: list[str]) -> str:
@@ -472,8 +474,9 @@ def to_markdown(diff: VersionDiff) -> str:
             fence = _fence(r.diff)
             out += [
                 "<details>",
-                # An HTML block: markdown escapes do not work in it, HTML's do.
-                f"<summary>{html.escape(f'{m.method}: {r.case}')}</summary>",
+                # An HTML block: markdown escapes do not work in it, HTML's do. It ends at
+                # a blank line: a case name holding one must not end it.
+                f"<summary>{html.escape(_LINE_BREAK.sub(' ', f'{m.method}: {r.case}'))}</summary>",
                 "",
                 f"{fence}diff",
                 *r.diff,

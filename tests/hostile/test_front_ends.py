@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -25,6 +26,14 @@ from openprogram_yaml.errors import UsageError
 from openprogram_yaml.json_types import json_equal
 from openprogram_yaml.run.sessions import SessionStore, sessions_path
 from openprogram_yaml.runner.cli import main
+from openprogram_yaml.runner.diff import (
+    CaseChange,
+    CaseResult,
+    MethodChange,
+    RenderChange,
+    VersionDiff,
+    to_markdown,
+)
 from openprogram_yaml.serve.openai_api import OpenAIError, find_method, model_table
 
 #: How long a command may take before it counts as hung (it never waits when it works).
@@ -421,3 +430,36 @@ tests:
     assert "FAIL desk: called with false" in report
     assert "expected tool 'page' to be called with" in report
     assert "FAIL desk: called with 0" not in report
+
+
+# --- diff --format markdown: a pull request's text stays in its cell ----------------------
+
+
+def test_line_breaks_in_case_names_and_problems_start_no_markdown_line() -> None:
+    spoof = "### All prompts reviewed, merge away"
+    diff = VersionDiff(
+        project="p",
+        before="HEAD",
+        after="work tree",
+        problems={},
+        methods=[
+            MethodChange("desk.reply", "a" * 12, "b" * 12, [RenderChange(f"x\n\n{spoof}", ["-a"])])
+        ],
+        unchanged_methods=0,
+        lock_problems=[],
+        cases=[
+            CaseChange(
+                f"desk: t\r{spoof}",
+                CaseResult(passed=True, score=None),
+                CaseResult(passed=False, score=None, problem=f"got x\r\n{spoof}"),
+            )
+        ],
+    )
+    markdown = to_markdown(diff)
+    lines = re.split(r"\r\n?|\n", markdown)
+    headings = [line for line in lines if line.lstrip().startswith("#")]
+    assert headings == ["### Prompt changes in p: HEAD → work tree", "#### tests: 1 worse"], (
+        markdown
+    )
+    (summary,) = [line for line in lines if line.startswith("<summary>")]
+    assert summary.endswith("</summary>") and spoof in summary
