@@ -1,4 +1,5 @@
-"""Paths, git settings, agents, a pty helper and a FIFO guard shared by tests.
+"""Paths, git settings, agents, a pty helper, a FIFO guard and a hang guard shared by
+tests.
 
 ``tests/`` is on sys.path through pytest's rootdir conftest.
 """
@@ -92,6 +93,22 @@ def without_blocking_on(fifo: Path, call: Callable[[], _T]) -> _T | BaseExceptio
         pytest.fail(f"opening the FIFO {fifo} blocked")
     [result] = outcome
     return result
+
+
+#: How long a command may take before it counts as hung (it never waits when it works).
+HUNG_AFTER_S = 20.0
+
+
+def within_time(call: Callable[[], _T]) -> _T:
+    """``call()``'s result; fails the test, instead of hanging it, when it does not end (in
+    ``HUNG_AFTER_S``: it runs in a thread, left behind when it hangs)."""
+    result: list[_T] = []
+    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    thread.start()
+    thread.join(HUNG_AFTER_S)
+    assert not thread.is_alive(), "the command hung"
+    assert result, "the command raised"
+    return result[0]
 
 
 #: An agent whose tool is declared ``confirm``: a run of ``tidy`` asks before it removes

@@ -1,10 +1,11 @@
 """Hostile input to the front ends around a run: a session store a repository brought (or
-another program wrote), a lock file, a test file's expectations, recorded embeddings, and
-model names of the OpenAI-compatible endpoint.
+another program wrote), recorded embeddings, a test file's expectations and the outputs
+they judge, the Markdown of ``diff``, and the model names of the OpenAI-compatible endpoint.
 
 Each test failed before its fix: a store holding a recursive view hung ``sessions list``,
-names in a store or a lock drove the terminal, a short list of recorded embeddings and a
-JSON path index of 5,000 digits were tracebacks.
+names in a store drove the terminal, a short list of recorded embeddings and a JSON path
+index of 5,000 digits were tracebacks, an output of 0 passed for false, a '\\r' in a case
+name started a Markdown heading, and '.reply' ran a method /v1/models does not list.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import re
 import sqlite3
 import subprocess
 import sys
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import within_time
 
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import UsageError
@@ -36,22 +36,8 @@ from openprogram_yaml.runner.diff import (
 )
 from openprogram_yaml.serve.openai_api import OpenAIError, find_method, model_table
 
-#: How long a command may take before it counts as hung (it never waits when it works).
-_HUNG_AFTER_S = 20.0
-
 #: A name that, printed raw, would set the terminal's title and clear its screen.
 _ESCAPES = "s1\x1b]0;owned\x07\x1b[2J"
-
-
-def _within_time(call: Callable[[], int]) -> int:
-    """``call()``'s result; fails the test, instead of hanging it, when it does not end."""
-    result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
-    thread.start()
-    thread.join(_HUNG_AFTER_S)
-    assert not thread.is_alive(), "the command hung"
-    assert result, "the command raised"
-    return result[0]
 
 
 # --- the session store --------------------------------------------------------------------
@@ -117,7 +103,7 @@ def test_a_store_holding_what_the_tool_never_writes_is_refused_not_run(
     path = _planted_store(tmp_path, *statements)
     monkeypatch.chdir(tmp_path)
     for argv in (["sessions", "list"], ["sessions", "show", "s1"], ["sessions", "delete", "s1"]):
-        code = _within_time(lambda argv=argv: main(argv))  # type: ignore[misc]
+        code = within_time(lambda argv=argv: main(argv))  # type: ignore[misc]
         err = capsys.readouterr().err
         assert code == 2, err
         assert f"the session store {path} holds {named} that openprogram-run did not write" in err
@@ -355,6 +341,21 @@ methods:
 """
 
 
+def _failing_tests(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    agent: str,
+    tests: str,
+    more: dict[str, str] | None = None,
+) -> str:
+    """The report of ``openprogram-run test`` on a project of ``agent`` and ``tests``
+    (and ``more`` files), which fails."""
+    files = {**_EVALS_PROJECT, "agents/desk.yaml": agent, "tests/desk.tests.yaml": tests}
+    root = _write(tmp_path, {**files, **(more or {})})
+    assert main(["test", str(root)]) == 1
+    return capsys.readouterr().out
+
+
 def test_an_output_of_0_does_not_pass_for_false(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -376,14 +377,7 @@ tests:
     inputs: {ticket: x}
     expect: {equals: {urgent: 0.0}, json_path: {"$.urgent": 0}}
 """
-    files = {
-        **_EVALS_PROJECT,
-        "agents/desk.yaml": _FLAG_AGENT,
-        "tests/desk.tests.yaml": tests,
-    }
-    root = _write(tmp_path, files)
-    assert main(["test", str(root)]) == 1
-    report = capsys.readouterr().out
+    report = _failing_tests(tmp_path, capsys, _FLAG_AGENT, tests)
     assert "FAIL desk: equals" in report and "expected output to equal" in report
     assert "FAIL desk: path" in report and "expected $.urgent to be false, got 0" in report
     assert "FAIL desk: zero" not in report and "1 passed, 2 failed" in report
@@ -418,15 +412,7 @@ tests:
     inputs: {ticket: x}
     expect: {tools_called: [{name: page, arguments: {level: 0}}]}
 """
-    files = {
-        **_EVALS_PROJECT,
-        "agents/desk.yaml": agent,
-        "front_end_pager.py": tools,
-        "tests/desk.tests.yaml": tests,
-    }
-    root = _write(tmp_path, files)
-    assert main(["test", str(root)]) == 1
-    report = capsys.readouterr().out
+    report = _failing_tests(tmp_path, capsys, agent, tests, {"front_end_pager.py": tools})
     assert "FAIL desk: called with false" in report
     assert "expected tool 'page' to be called with" in report
     assert "FAIL desk: called with 0" not in report

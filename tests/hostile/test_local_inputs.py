@@ -11,11 +11,10 @@ import json
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import TAGGER_AGENT
+from support import TAGGER_AGENT, within_time
 
 from openprogram_yaml.errors import UsageError
 from openprogram_yaml.run.sessions import SessionStore
@@ -23,23 +22,9 @@ from openprogram_yaml.runner.cli import main
 
 AGENT = TAGGER_AGENT
 
-#: How long a command may take before it counts as hung (it never waits when it works).
-_HUNG_AFTER_S = 20.0
-
-
-def _within_time(call: Callable[[], int]) -> int:
-    """``call()``'s result; fails the test, instead of hanging it, when it does not end."""
-    result: list[int] = []
-    thread = threading.Thread(target=lambda: result.append(call()), daemon=True)
-    thread.start()
-    thread.join(_HUNG_AFTER_S)
-    assert not thread.is_alive(), "the command hung"
-    assert result, "the command raised"
-    return result[0]
-
 
 def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
-    code = _within_time(lambda: main(argv))
+    code = within_time(lambda: main(argv))
     err = capsys.readouterr().err
     assert code == 2, err
     assert "Traceback" not in err
@@ -98,7 +83,7 @@ def test_input_json_from_a_pipe_is_read_up_to_its_limit(
         return thread
 
     feed(b'{"ticket": "piped"}')
-    code = _within_time(lambda: main([str(agent), "tag", "--input-json", f"@{fifo}"]))
+    code = within_time(lambda: main([str(agent), "tag", "--input-json", f"@{fifo}"]))
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "piped" in captured.out
@@ -127,7 +112,7 @@ def test_a_fifo_named_like_an_agent_in_a_checked_folder_never_blocks(
     agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     os.mkfifo(tmp_path / "zz.yaml")
-    code = _within_time(lambda: main(["check", str(tmp_path)]))
+    code = within_time(lambda: main(["check", str(tmp_path)]))
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "1 agent" in captured.out + captured.err
@@ -145,7 +130,7 @@ def test_a_lock_file_that_is_a_fifo_or_device_is_unreadable_not_waited_on(
         os.mkfifo(lock)
     else:
         lock.symlink_to("/dev/zero")
-    code = _within_time(lambda: main(["lock", str(tmp_path), "--check"]))
+    code = within_time(lambda: main(["lock", str(tmp_path), "--check"]))
     captured = capsys.readouterr()
     assert code == 2, captured.err
     assert f"{lock}: error: not a regular file" in captured.err
@@ -238,7 +223,7 @@ def test_rows_of_a_fifo_are_not_counted_by_reading_it_a_second_time(tmp_path: Pa
     fifo = tmp_path / "rows.jsonl"
     os.mkfifo(fifo)
     # Opening it to count would wait for a writer; reading it would take the batch's rows.
-    assert _within_time(lambda: _count_rows(str(fifo), "jsonl") or 0) == 0
+    assert within_time(lambda: _count_rows(str(fifo), "jsonl") or 0) == 0
 
 
 # --- the session store ------------------------------------------------------------------------

@@ -201,16 +201,31 @@ def test_a_conversation_streams_answers_and_a_resume_sends_the_history(
     assert "no session 'work'" in capsys.readouterr().err
 
 
+def _story_held_then_short(server: LoopbackServer, tmp_path: Path, gate: threading.Event) -> None:
+    """The chat agent on ``server``, which answers "Once upon ", holds "a time" until
+    ``gate`` is set, then answers "Short." to the next message."""
+    (tmp_path / "pal.yaml").write_text(AGENT % (server.url + "/v1"))
+    events = openai_sse([_chunk("Once upon "), _chunk("a time"), _done()])
+    reply = sse_reply([])
+    server.add(Reply(reply.status, b"", reply.headers, events=Gated(events, 1, gate)))
+    server.add(_answer("Short."))
+
+
+def _a_short_one_then(term: _Terminal) -> None:
+    """The next message, answered "Short.", then Ctrl-D: the chat went on, and ends well."""
+    term.wait_for(PROMPT)
+    term.type("a short one then\r")
+    term.wait_for("Short.")
+    term.wait_for(PROMPT)
+    assert term.close() == 0
+
+
 def test_ctrl_c_cancels_the_answer_and_the_run_is_recorded_as_interrupted(
     tmp_path: Path,
 ) -> None:
     gate = threading.Event()
-    events = openai_sse([_chunk("Once upon "), _chunk("a time"), _done()])
     with LoopbackServer() as server:
-        (tmp_path / "pal.yaml").write_text(AGENT % (server.url + "/v1"))
-        reply = sse_reply([])
-        server.add(Reply(reply.status, b"", reply.headers, events=Gated(events, 1, gate)))
-        server.add(_answer("Short."))
+        _story_held_then_short(server, tmp_path, gate)
         try:
             with _chat(["pal.yaml", "--session", "s", "--records", "runs.jsonl"], tmp_path) as term:
                 term.wait_for(PROMPT)
@@ -219,11 +234,7 @@ def test_ctrl_c_cancels_the_answer_and_the_run_is_recorded_as_interrupted(
                 term.type("\x03")  # Ctrl-C while the answer comes
                 term.wait_for("(cancelled; the session is as it was)")
                 gate.set()
-                term.wait_for(PROMPT)
-                term.type("a short one then\r")
-                term.wait_for("Short.")
-                term.wait_for(PROMPT)
-                assert term.close() == 0
+                _a_short_one_then(term)
         finally:
             gate.set()
         second = server.requests[-1].json["messages"]
@@ -514,12 +525,8 @@ def test_a_session_deleted_while_its_answer_comes_is_said_and_the_chat_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gate = threading.Event()
-    events = openai_sse([_chunk("Once upon "), _chunk("a time"), _done()])
     with LoopbackServer() as server:
-        (tmp_path / "pal.yaml").write_text(AGENT % (server.url + "/v1"))
-        reply = sse_reply([])
-        server.add(Reply(reply.status, b"", reply.headers, events=Gated(events, 1, gate)))
-        server.add(_answer("Short."))
+        _story_held_then_short(server, tmp_path, gate)
         try:
             with _chat(["pal.yaml", "--session", "s"], tmp_path) as term:
                 term.wait_for(PROMPT)
@@ -530,11 +537,7 @@ def test_a_session_deleted_while_its_answer_comes_is_said_and_the_chat_goes_on(
                 assert main(["sessions", "delete", "s", "-p", str(tmp_path)]) == 0
                 gate.set()
                 term.wait_for("error: session 's' was deleted while its turn ran")
-                term.wait_for(PROMPT)
-                term.type("a short one then\r")
-                term.wait_for("Short.")
-                term.wait_for(PROMPT)
-                assert term.close() == 0
+                _a_short_one_then(term)
         finally:
             gate.set()
     assert "Traceback" not in term.shown.decode(errors="replace")
