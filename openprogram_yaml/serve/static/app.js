@@ -116,7 +116,9 @@ async function refreshAgents() {
     ),
   );
   if (view.agent) {
-    if (agents[view.agent]?.methods?.[view.method]) {
+    // Own properties only: a method named constructor (or toString) is found on any object.
+    const methods = Object.hasOwn(agents, view.agent) ? agents[view.agent].methods ?? {} : {};
+    if (Object.hasOwn(methods, view.method)) {
       openMethod(view.agent, view.method, { keepResult: true });
     } else {
       // The method is gone from the new version: its form no longer means anything.

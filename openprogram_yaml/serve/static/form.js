@@ -42,13 +42,11 @@ export function buildForm(form, schema) {
     readers.push([name, field.read]);
   }
   if (readers.length === 0) form.append(el("p", { class: "muted", text: "This method takes no inputs." }));
+  // Object.fromEntries makes each input a property of its own: an input named __proto__
+  // assigned as inputs[name] = value set the object's prototype and was never sent.
   return () => {
-    const inputs = {};
-    for (const [name, read] of readers) {
-      const value = read();
-      if (value !== undefined) inputs[name] = value;
-    }
-    return inputs;
+    const values = readers.map(([name, read]) => [name, read()]);
+    return Object.fromEntries(values.filter(([, value]) => value !== undefined));
   };
 }
 
