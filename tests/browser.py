@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, Page, sync_playwright
 
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = [
@@ -36,3 +37,17 @@ def launch_chromium() -> Iterator[Browser]:
         launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield launched
         launched.close()
+
+
+@contextmanager
+def page_of(browser: Browser, url: str) -> Iterator[Page]:
+    """``url`` opened in a fresh context of ``browser`` (1280x900); closed after, and the
+    test fails when a script of the page raised."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda exc: errors.append(str(exc)))
+    opened.goto(url)
+    yield opened
+    context.close()
+    assert errors == []

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import launch_chromium
+from browser import launch_chromium, page_of
 from playwright.sync_api import Browser, Page, expect
 from test_web_page import WAIT_MS, Served, _serve
 
@@ -41,16 +41,10 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser, served: Served) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda exc: errors.append(str(exc)))
-    opened.goto(served.url + "/")
-    opened.locator('[data-method="__proto__.constructor"]').click()
-    expect(opened.locator("#method-title")).to_have_text("__proto__.constructor")
-    yield opened
-    context.close()
-    assert errors == []
+    with page_of(browser, served.url + "/") as opened:
+        opened.locator('[data-method="__proto__.constructor"]').click()
+        expect(opened.locator("#method-title")).to_have_text("__proto__.constructor")
+        yield opened
 
 
 def test_an_input_named_proto_is_sent_with_the_others(page: Page) -> None:
