@@ -26,7 +26,7 @@ _TOKEN = re.compile(
     r"|\$\{env:(?P<name>[^}:]*)(?::-(?P<default>[^}]*))?\}"
     r"|\$\{(?P<bare>[A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}"
 )
-_VALID_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VALID_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: A variable is a secret when its name or the field it fills says so.
 _SECRET_NAME = re.compile(
@@ -117,7 +117,7 @@ def _expand(
             )
             return token
         name = match.group("name")
-        if not _VALID_NAME.match(name):
+        if not _VALID_NAME.fullmatch(name):
             out.diagnostics.append(
                 Diagnostic(
                     pos.path,

@@ -47,11 +47,11 @@ __all__ = [
     "ToolsetSpec",
 ]
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def _check_name(kind: str, name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError(
             f"{kind} name {name!r} must start with a letter or '_' and hold only letters, "
             "digits, '_' and '-'"
@@ -646,7 +646,7 @@ class MethodSpec(ExecOptionsSpec):
     @classmethod
     def _input_names(cls, value: dict[str, Any]) -> dict[str, Any]:
         for name in value:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
                 raise ValueError(
                     f"input name {name!r} must be an identifier (letters, digits, '_'), "
                     "so templates can read it"

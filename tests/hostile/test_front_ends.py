@@ -449,3 +449,42 @@ def test_line_breaks_in_case_names_and_problems_start_no_markdown_line() -> None
     )
     (summary,) = [line for line in lines if line.startswith("<summary>")]
     assert summary.endswith("</summary>") and spoof in summary
+
+
+# --- names: a trailing line break is no part of a name ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("agent", "said"),
+    [
+        (
+            'version: 1\nname: "bot\\n"\nmodel: test\nmethods:\n  go:\n    prompt: hi\n',
+            "a.yaml:2:7: error: 'name': agent name 'bot\\n' must start with a letter",
+        ),
+        (
+            'version: 1\nname: bot\nmodel: test\nmethods:\n  "go\\n":\n    prompt: hi\n',
+            "a.yaml:6:5: error: the name 'go\\n' must start with a letter",
+        ),
+        (
+            "version: 1\nname: bot\nmodel: test\nmethods:\n  go:\n"
+            '    inputs: {"m\\n": {type: string}}\n    prompt: hi\n',
+            "input name 'm\\n' must be an identifier",
+        ),
+        (
+            'version: 1\nname: bot\nmodel: test\ninstructions: "${env:HOME\\n:-none}"\n'
+            "methods:\n  go:\n    prompt: hi\n",
+            "does not name a valid environment variable",
+        ),
+    ],
+    ids=["agent", "method", "input", "env"],
+)
+def test_a_name_ending_in_a_line_break_is_refused_at_its_position(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], agent: str, said: str
+) -> None:
+    # re.match with ^…$ let "bot\n" through ($ matches before a last "\n"): an agent
+    # "bot\n" was served as the model "bot\n.go", kept in sessions and recordings.
+    path = tmp_path / "a.yaml"
+    path.write_text(agent, encoding="utf-8")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert said in err, err
