@@ -1,11 +1,13 @@
 """Hostile input to the front ends around a run: a session store a repository brought (or
 another program wrote), recorded embeddings, a test file's expectations and the outputs
-they judge, the Markdown of ``diff``, and the model names of the OpenAI-compatible endpoint.
+they judge, the Markdown of ``diff``, the model names of the OpenAI-compatible endpoint,
+and names ending in a line break.
 
 Each test failed before its fix: a store holding a recursive view hung ``sessions list``,
 names in a store drove the terminal, a short list of recorded embeddings and a JSON path
 index of 5,000 digits were tracebacks, an output of 0 passed for false, a '\\r' in a case
-name started a Markdown heading, and '.reply' ran a method /v1/models does not list.
+name started a Markdown heading, '.reply' ran a method /v1/models does not list, and an
+agent named "bot\\n" loaded.
 """
 
 from __future__ import annotations
