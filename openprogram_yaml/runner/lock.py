@@ -19,6 +19,7 @@ from ..compile.program import Program
 from ..errors import ConfigError, Diagnostic
 from ..json_types import parse_json
 from ..spec.textfile import UnreadableFile, read_text
+from .terminal_asker import shown_on_terminal
 
 __all__ = ["LOCK_FILE", "check_lock", "lock_data", "write_lock"]
 
@@ -57,13 +58,18 @@ def check_lock(program: Program, path: Path | None = None) -> list[str]:
     old = _read_lock(target)
     new = lock_data(program)["prompts"]
     problems = []
+    # The lock's names and versions are the repository's text, shown as text: a control
+    # character among them would drive the terminal the check prints to.
     for name in sorted(old.keys() | new.keys()):
+        shown = shown_on_terminal(name)
         if name not in new:
-            problems.append(f"{name}: in the lock, but no longer in the project")
+            problems.append(f"{shown}: in the lock, but no longer in the project")
         elif name not in old:
-            problems.append(f"{name}: new, not in the lock")
+            problems.append(f"{shown}: new, not in the lock")
         elif old[name] != new[name]:
-            problems.append(f"{name}: prompt changed ({old[name]} -> {new[name]})")
+            problems.append(
+                f"{shown}: prompt changed ({shown_on_terminal(old[name])} -> {new[name]})"
+            )
     return problems
 
 

@@ -149,3 +149,19 @@ def test_a_lock_that_does_not_read_is_bad_input_named_not_a_difference(
     assert f"{lock}{said}" in err
     assert "write it again with `openprogram-run lock`" in err
     assert "Traceback" not in err
+
+
+def test_the_names_a_lock_holds_are_shown_as_text(repo: Path, capsys) -> None:
+    # A lock is the repository's: a name or version holding an escape sequence was printed
+    # to the terminal as it was, and drove it.
+    lock = repo / "openprogram.lock"
+    data = json.loads(lock.read_text())
+    name = next(iter(data["prompts"]))
+    data["prompts"][name] = "\x1b]52;c;aGk=\x07"
+    data["prompts"]["gone\x1b[2J.method"] = "abc"
+    lock.write_text(json.dumps(data))
+    assert main(["lock", "--check", str(repo)]) == 1
+    err = capsys.readouterr().err
+    assert "\x1b" not in err
+    assert r"gone\x1b[2J.method: in the lock, but no longer in the project" in err
+    assert rf"{name}: prompt changed (\x1b]52;c;aGk=\x07 -> " in err
