@@ -338,21 +338,41 @@ def _count(value: JSONValue) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _bad_tool_call(calls: object) -> tuple[tuple[int, ...], str] | None:
-    """What is wrong with a recorded reply's ``tool_calls``: where (the index of the call
-    at fault, if one is) and what; None when nothing is."""
+#: The text fields of a recorded reply: each a string, or absent (null).
+_TEXT_FIELDS = ("content", "thinking", "finish_reason", "refusal")
+
+
+def _bad_response(response: JSONObject) -> tuple[tuple[str | int, ...], str] | None:
+    """What is wrong with a recorded reply: where (a path into ``response``) and what; None
+    when nothing is. A reply the runtime could not have given is refused, not replayed as
+    the Python text of what it holds (``content: {a: 1}`` was the text ``{'a': 1}``)."""
+    for name in _TEXT_FIELDS:
+        value = response.get(name)
+        if value is not None and not isinstance(value, str):
+            return (name,), f"not a recording: 'response.{name}' must be text"
+    usage = response.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        return ("usage",), "not a recording: 'response.usage' must be a mapping of token counts"
+    calls = response.get("tool_calls")
     if calls is None:
         return None
     if not isinstance(calls, list):
-        return (), "not a recording: 'response.tool_calls' must be a list of tool calls"
+        return (
+            "tool_calls",
+        ), "not a recording: 'response.tool_calls' must be a list of tool calls"
     for index, call in enumerate(calls):
         if not isinstance(call, dict) or not all(
             isinstance(call.get(k), str | int) and not isinstance(call.get(k), bool)
             for k in ("id", "name")
         ):
-            return (index,), (
+            return ("tool_calls", index), (
                 f"not a recording: tool call {index} of 'response.tool_calls' needs an 'id' "
                 "and a 'name'"
+            )
+        if not isinstance(call.get("arguments", ""), str):
+            return ("tool_calls", index, "arguments"), (
+                f"not a recording: the arguments of tool call {index} must be JSON text, as "
+                "the model sent them"
             )
     return None
 
@@ -397,11 +417,12 @@ class RecordingStore:
                     Diagnostic(str(path), 1, 1, "not a recording: needs 'request' and 'response'")
                 )
                 continue
-            bad_call = _bad_tool_call(data["response"].get("tool_calls"))
-            if bad_call is not None:
-                # Replaying it failed the run with a bare KeyError ('id') at the turn.
-                where, message = bad_call
-                at = loaded.source.at(("response", "tool_calls", *where))
+            bad = _bad_response(data["response"])
+            if bad is not None:
+                # Replaying it failed the run with a bare KeyError ('id') at the turn, or
+                # answered with the Python text of a mapping.
+                where, message = bad
+                at = loaded.source.at(("response", *where))
                 problems.append(Diagnostic(at.path, at.line, at.col, message))
                 continue
             recorded = data.get("recorded")

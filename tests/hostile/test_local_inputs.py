@@ -328,6 +328,50 @@ def test_a_recorded_tool_call_without_id_or_name_is_a_positioned_error(
     assert "KeyError" not in err and "nothing was run" in err
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "  content: 'test reply",
+            "  content: {a: 1}\n  was: 'test reply",
+            "'response.content' must be text",
+        ),
+        ("  thinking: ''", "  thinking: [x]", "'response.thinking' must be text"),
+        (
+            "  finish_reason: stop",
+            "  finish_reason: {x: 1}",
+            "'response.finish_reason' must be text",
+        ),
+        (
+            "  tool_calls: []",
+            "  tool_calls: [{id: c1, name: tag, arguments: {a: 1}}]",
+            "must be JSON text",
+        ),
+        ("  usage:\n", "  usage: 3\n  was:\n", "'response.usage' must be a mapping"),
+    ],
+)
+def test_a_recorded_reply_of_what_no_model_answers_is_a_positioned_error(
+    agent: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    old: str,
+    new: str,
+    message: str,
+) -> None:
+    # A mapping as the reply's content was replayed as its Python text ("{'a': 1}"), and a
+    # tool call's arguments the same way: what no model ever sent.
+    recording = _recorded(agent, tmp_path, capsys)
+    text = recording.read_text(encoding="utf-8")
+    assert old in text
+    recording.write_text(text.replace(old, new, 1))
+    argv = [str(agent), "tag", "-i", "ticket=x", "--replay", str(recording.parent.parent)]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"{recording}:" in err and message in err, err
+    assert "nothing was run" in err
+
+
 # --- names and environment values that are not UTF-8 ----------------------------------------
 
 
