@@ -41,8 +41,8 @@ __all__ = [
 _OPEN, _CLOSE = "\ue000", "\ue001"
 _MARKED = re.compile(f"{_OPEN}([^{_OPEN}{_CLOSE}]*){_CLOSE}")
 _TAG = re.compile(r"\{[{%#]")
-_HOST_VALUE = re.compile(r"^[A-Za-z0-9.-]*$")
-_HOST_PATTERN = re.compile(r"^(?P<host>[A-Za-z0-9*.-]+)(?::(?P<port>\d{1,5}|\*))?$")
+_HOST_VALUE = re.compile(r"[A-Za-z0-9.-]*")
+_HOST_PATTERN = re.compile(r"(?P<host>[A-Za-z0-9*.-]+)(?::(?P<port>\d{1,5}|\*))?")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -122,7 +122,7 @@ def parse_hosts(entries: Sequence[str]) -> tuple[tuple[HostPattern, ...], list[t
     patterns: list[HostPattern] = []
     problems: list[tuple[int, str]] = []
     for index, entry in enumerate(entries):
-        found = _HOST_PATTERN.match(entry.strip())
+        found = _HOST_PATTERN.fullmatch(entry.strip())
         if found is None:
             problems.append(
                 (
@@ -216,7 +216,7 @@ def build_url(rendered: str, *, origin: Origin | None, hosts: Sequence[HostPatte
     path_at = _literal_find_any(text, from_value, "/?#", start)
     authority_end = len(text) if path_at < 0 else path_at
     for i in range(start, authority_end):
-        if from_value[i] and not _HOST_VALUE.match(text[i]):
+        if from_value[i] and not _HOST_VALUE.fullmatch(text[i]):
             raise UnsafeURL(
                 "refused: a value in the URL's host may hold only letters, digits, '.' and "
                 "'-' (no credentials, port or path)"

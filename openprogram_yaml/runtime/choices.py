@@ -31,7 +31,7 @@ from openprogram_yaml.runtimes.protocol import Capabilities, Message, RuntimeRes
 
 __all__ = ["Choice", "ChoiceSet", "ChoiceTerminal", "Pick", "normalize_choices"]
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,56}$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,56}")
 _TOOL_PREFIX = "choose_"
 _EMPTY_OBJECT: JSONObject = {"type": "object", "properties": {}}
 #: How much of a reply a ``DecisionError`` keeps.
@@ -80,7 +80,7 @@ class ChoiceSet:
 
 
 def _checked_name(name: object) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(f"choice names must match [A-Za-z0-9_-]{{1,56}}, not {name!r}")
     return name
 

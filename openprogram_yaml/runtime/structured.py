@@ -56,7 +56,7 @@ _ENVELOPE_KEYS = frozenset(
     {"schema", "name", "description", "strict", "fallback", "max_validation_retries"}
 )
 _FALLBACKS = ("auto", "none", "prompt")
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def _schema_error(message: str) -> StructuredOutputSchemaError:
@@ -82,7 +82,7 @@ class JsonSchemaOutput:
 
     def __post_init__(self) -> None:
         name: object = self.name
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise _schema_error(
                 f"response_format.name must match [A-Za-z0-9_-]{{1,64}}, not {name!r}"
             )

@@ -214,6 +214,14 @@ def test_a_container_of_other_shapes_is_refused(bad: object) -> None:
         normalize_choices(bad)
 
 
+@pytest.mark.parametrize("name", ["go\n", "", "a b", "x" * 57])
+def test_a_choice_name_no_model_can_call_is_refused(name: str) -> None:
+    # "go\n" passed a ^...$ check ($ matches before a last line break) and went to the
+    # provider as a tool name, which refused the request.
+    with pytest.raises(ValueError, match="choice names must match"):
+        normalize_choices({name: ("d", None)})
+
+
 # --- the schema mini-language ----------------------------------------------------------
 
 

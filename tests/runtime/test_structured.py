@@ -612,3 +612,11 @@ def test_a_response_format_changed_in_place_between_calls_is_read_again() -> Non
     assert normalize_response_format(bare).schema == {"type": "string"}
     bare["maxLength"] = 3
     assert normalize_response_format(bare).schema == {"type": "string", "maxLength": 3}
+
+
+@pytest.mark.parametrize("name", ["out\n", "", "a b"])
+def test_a_response_format_name_no_provider_takes_is_refused(name: str) -> None:
+    # "out\n" passed a ^...$ check ($ matches before a last line break).
+    fmt = {"type": "json_schema", "json_schema": {"name": name, "schema": {"type": "object"}}}
+    with pytest.raises(StructuredOutputSchemaError, match=r"response_format\.name must match"):
+        normalize_response_format(fmt)
