@@ -36,8 +36,8 @@ retried): a stream cannot take back what it sent. A run that fails mid-stream en
 ``{"error": …}`` event, as OpenAI's own streams do.
 
 Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``: 400 bad
-request, 404 unknown model (``model_not_found``), 502 the model call failed, 500 any other
-failed run, 503 shutting down.
+request, 404 unknown model (``model_not_found``), 422 inputs the method's template cannot
+render, 502 the model call failed, 500 any other failed run, 503 shutting down.
 """
 
 from __future__ import annotations
@@ -450,8 +450,8 @@ def record_error(record: RunRecord, secrets: Iterable[str] = ()) -> OpenAIError:
     status = status_of(record)
     if status == 503:
         return OpenAIError(503, message, type="server_error", code="interrupted")
-    if status == 400:
-        return OpenAIError(400, message, code="invalid_inputs")
+    if status in (400, 422):
+        return OpenAIError(status, message, code="invalid_inputs")
     return OpenAIError(status, message, type="server_error", code=kind)
 
 

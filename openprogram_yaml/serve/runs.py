@@ -16,12 +16,13 @@ notices and the history of runs.
     GET  /runs                             the runs served (and those of --records), newest first
     GET  /runs/{id}                        one run's record and trace
 
-A run's HTTP status (``served_run.status_of``): 200 ok, 400 bad inputs, 502 the model call
-failed, 500 any other failure, 503 interrupted by shutdown; the body is the record. A
-streamed run answers 200 at once; its outcome is the record's ``status``. A run refused
-before it starts is ``{"error": ...}``: 415 a body not sent as JSON, 400 one that is not a
-JSON object of inputs, 404 no such agent or method, 403 a ``?model=`` the project does not
-use, 400 or 409 a ``session`` it cannot be a turn of, 503 the server is shutting down.
+A run's HTTP status (``served_run.status_of``): 200 ok, 400 bad inputs, 422 inputs the
+method's template cannot render, 502 the model call failed, 500 any other failure, 503
+interrupted by shutdown; the body is the record. A streamed run answers 200 at once; its
+outcome is the record's ``status``. A run refused before it starts is ``{"error": ...}``:
+415 a body not sent as JSON, 400 one that is not a JSON object of inputs, 404 no such agent
+or method, 403 a ``?model=`` the project does not use, 400 or 409 a ``session`` it cannot
+be a turn of, 503 the server is shutting down.
 """
 
 from __future__ import annotations

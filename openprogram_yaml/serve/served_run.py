@@ -35,15 +35,20 @@ __all__ = ["ServedRun", "method_at", "model_for", "read_inputs", "start_run", "s
 
 
 def status_of(record: RunRecord) -> int:
-    """A run's HTTP status: 200 ok, 400 bad inputs, 502 the model call failed, 503
-    interrupted by shutdown, 500 any other failure."""
+    """A run's HTTP status: 200 ok, 400 bad inputs, 422 inputs the method's template
+    cannot render (``{{ 10 / n }}`` given n = 0: the request's inputs decide it, so it is
+    no server error), 502 the model call failed, 503 interrupted by shutdown, 500 any other
+    failure."""
     if record.status == "ok":
         return 200
     if record.status == "interrupted":
         return 503
     if record.exit_code == 2:
         return 400
-    return 502 if (record.error or {}).get("type") == "LLMError" else 500
+    kind = (record.error or {}).get("type")
+    if kind == "TemplateRenderError":
+        return 422
+    return 502 if kind == "LLMError" else 500
 
 
 def method_at(program: Program, request: web.Request) -> tuple[Agent, Method]:

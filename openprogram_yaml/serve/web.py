@@ -28,7 +28,7 @@ from ..redaction import redact
 from ..run.render import render_method
 from ..run.sessions import SessionInfo, SessionMessage, SessionStoreBusy, check_name
 from .app import Refused, ServeState, error_reply
-from .served_run import method_at, read_inputs
+from .served_run import method_at, read_inputs, status_of
 
 __all__ = ["STATIC_DIR", "routes"]
 
@@ -119,7 +119,7 @@ class _WebPage:
         secrets = self.state.secrets() | rendered.record.secrets
         if rendered.request is None:
             error = rendered.record.error or {}
-            status = 400 if rendered.record.exit_code == 2 else 500
+            status = status_of(rendered.record)
             # The first line: the problems follow as a list of their own.
             message = str(error.get("message", "")).split("\n")[0]
             body: JSONObject = {"error": f"nothing to render: {message}"}

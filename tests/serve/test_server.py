@@ -562,3 +562,41 @@ def test_a_run_asked_for_while_the_server_shuts_down_is_refused_in_each_routes_s
     assert openai.status_code == 503
     assert openai.json()["error"]["message"] == "the server is shutting down"
     assert openai.json()["error"]["type"] == "server_error"
+
+
+CALC_AGENT = """\
+version: 1
+name: calc
+model: test
+methods:
+  div:
+    inputs: {n: {type: integer}}
+    prompt: "{{ 10 / n }}"
+"""
+
+
+def test_inputs_the_template_cannot_render_are_the_requests_fault_not_the_servers(
+    tmp_path: Path,
+) -> None:
+    # n = 0 passes the inputs schema and fails the template (ZeroDivisionError): each route
+    # answered 500, a server error, for what the request's inputs decide.
+    agent = tmp_path / "calc.yaml"
+    agent.write_text(CALC_AGENT, encoding="utf-8")
+
+    async def scenario() -> dict[str, httpx.Response]:
+        async with served(agent) as (_, client):
+            chat = {"model": "div", "messages": [{"role": "user", "content": "0"}]}
+            return {
+                "run": await client.post("/run/calc/div", json={"n": 0}),
+                "render": await client.post("/api/render/calc/div", json={"n": 0}),
+                "v1": await client.post("/v1/chat/completions", json=chat),
+                "ok": await client.post("/run/calc/div", json={"n": 5}),
+            }
+
+    replies = asyncio.run(scenario())
+    assert replies["ok"].status_code == 200
+    for name in ("run", "render", "v1"):
+        assert replies[name].status_code == 422, (name, replies[name].text)
+        assert "division by zero" in replies[name].text
+    assert replies["run"].json()["error"]["type"] == "TemplateRenderError"
+    assert replies["v1"].json()["error"]["code"] == "invalid_inputs"
