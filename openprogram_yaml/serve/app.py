@@ -19,7 +19,8 @@ Middlewares, outermost first; each refusal is ``{"error": "..."}`` with its stat
 5. ``auth``: with a token (``--token`` / ``OPENPROGRAM_SERVE_TOKEN``), every route needs it.
 6. ``body``: a request's body is read whole, within ``ServeLimits.body_timeout_s`` (408 and
    the connection closed otherwise); a compressed one (``Content-Encoding``) is refused
-   with 415, never inflated.
+   with 415, never inflated; one whose ``Content-Length`` is past ``MAX_BODY`` is refused
+   with 413 before any of it is read, and the connection closed.
 
 A request that ``guard`` or ``auth`` refuses never has its body kept (a stranger's
 connections must not make the server hold ``MAX_BODY`` each): the body is read and dropped
@@ -69,6 +70,8 @@ __all__ = ["MAX_BODY", "Refused", "ServeState", "Server", "create_app", "error_r
 #: Room for a file input at its cap (``runtime.content.MAX_MEDIA_BYTES``, 20 MiB) as base64
 #: in a data URL (4/3 of it), with the rest of the inputs.
 MAX_BODY = 28 << 20
+
+_TOO_LARGE = f"the body may hold at most {MAX_BODY} bytes"
 
 #: Seconds a connection gets to send its answer once its run ended, at shutdown.
 SEND_GRACE_S = 5.0
@@ -263,7 +266,7 @@ def _error_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRe
         except web.HTTPNotFound:
             return error_reply(404, "no such route; try POST /run/{agent}/{method}, GET /agents")
         except web.HTTPRequestEntityTooLarge:
-            return error_reply(413, f"the body may hold at most {MAX_BODY} bytes")
+            return error_reply(413, _TOO_LARGE)
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise  # redirects
@@ -300,6 +303,11 @@ def _body_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRes
                 415, f"send the body uncompressed (Content-Encoding '{shown(coding)}' is not read)"
             )
             return await _refused_unread(state, request, refusal)
+        declared = request.content_length
+        if declared is not None and declared > MAX_BODY:
+            # Said by the headers: refused at once, the body never read (it was waited for,
+            # and a client that sent only the headers got a 408 when the deadline passed).
+            return await _answered_and_closed(request, error_reply(413, _TOO_LARGE))
         # A body that has all arrived (most: it came with the headers) needs no deadline.
         if request.can_read_body and not request.content.is_eof():
             seconds = state.limits.body_timeout_s
@@ -307,17 +315,22 @@ def _body_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRes
                 async with state.deadline(seconds):
                     await request.read()  # kept: the handler's read() returns it
             except TimeoutError:
-                # The rest of the body may still come and be read as a request: close.
-                reply = error_reply(408, f"the request body did not arrive within {seconds:g} s")
-                reply.force_close()
-                await reply.prepare(request)
-                await reply.write_eof()
-                if request.transport is not None:
-                    request.transport.close()
-                return reply
+                late = f"the request body did not arrive within {seconds:g} s"
+                return await _answered_and_closed(request, error_reply(408, late))
         return await handler(request)
 
     return body
+
+
+async def _answered_and_closed(request: web.Request, reply: web.Response) -> web.Response:
+    """``reply`` sent, then the connection closed: the rest of the request's body, unread,
+    may still come and would be read as a request."""
+    reply.force_close()
+    await reply.prepare(request)
+    await reply.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return reply
 
 
 def _guard_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:

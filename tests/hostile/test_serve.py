@@ -490,6 +490,32 @@ def test_a_body_that_does_not_arrive_in_time_gets_408(tmp_path: Path) -> None:
     assert not records.exists() or records.read_text() == ""
 
 
+def test_a_body_declared_past_the_limit_gets_413_before_it_is_read(tmp_path: Path) -> None:
+    """A ``Content-Length`` above ``MAX_BODY`` is refused from the headers, at once: it was
+    waited for under the body deadline, and answered 408 when that passed (30 s)."""
+    agent = write_agent(tmp_path)
+    records = tmp_path / "runs.jsonl"
+
+    async def scenario() -> None:
+        deadlines = Deadlines()  # no deadline passes unless the test says so: none does
+        limits = ServeLimits(body_timeout_s=9.0)
+        async with served(agent, records, limits=limits, deadline=deadlines) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            head = run_request(port, b"").replace(
+                b"Content-Length: 0", f"Content-Length: {MAX_BODY * 4}".encode()
+            )
+            writer.write(head)  # the headers; none of the body
+            await writer.drain()
+            status, body = parse_response(await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S))
+            writer.close()
+            assert status == 413
+            assert str(MAX_BODY) in body["error"]
+            assert not [d for d in deadlines.started if d[0] == 9.0]
+
+    asyncio.run(scenario())
+    assert not records.exists() or records.read_text() == ""
+
+
 def test_an_idle_connection_is_closed(tmp_path: Path) -> None:
     agent = write_agent(tmp_path)
 
