@@ -174,7 +174,8 @@ def read_json(data: bytes | str) -> JSONValue:
         )
     except UnicodeDecodeError:
         raise ValueError("not JSON: it is not UTF-8") from None
-    if _has_too_many_items(text):
+    brackets = text.count("[") + text.count("{")
+    if _has_too_many_items(text, brackets):
         raise ValueError(_MANY)
     try:
         if text.startswith("\ufeff"):  # as json.loads says of a str
@@ -188,20 +189,21 @@ def read_json(data: bytes | str) -> JSONValue:
         raise ValueError(str(exc)) from None
     except ValueError:  # int()'s limit on digits (sys.get_int_max_str_digits)
         raise ValueError("not JSON: a number has more digits than the JSON decoder reads") from None
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _deeper_than(value, MAX_JSON_DEPTH):
+    if brackets > MAX_JSON_DEPTH and _deeper_than(value, MAX_JSON_DEPTH):
         raise ValueError(_DEEPER)  # (fewer brackets, in strings or not, nest no deeper)
     if _has_lone_surrogate(text):
         raise ValueError(_HALF_PAIR)
     return value
 
 
-def _has_too_many_items(text: str) -> bool:
-    """Whether JSON ``text`` holds more than ``MAX_JSON_ITEMS`` items: at least one for each
-    comma and opening bracket outside its strings (a container of n items has n - 1 commas),
-    counted at the speed of ``str.count``."""
+def _has_too_many_items(text: str, brackets: int) -> bool:
+    """Whether JSON ``text`` (holding ``brackets`` opening brackets, in its strings or not)
+    holds more than ``MAX_JSON_ITEMS`` items: at least one for each comma and opening
+    bracket outside its strings (a container of n items has n - 1 commas), counted at the
+    speed of ``str.count``."""
     if len(text) <= MAX_JSON_ITEMS:
         return False  # each item takes a character at least
-    if text.count(",") + text.count("[") + text.count("{") <= MAX_JSON_ITEMS:
+    if text.count(",") + brackets <= MAX_JSON_ITEMS:
         return False  # few enough even with the commas and brackets of its strings
     outside = _STRING.sub("", text)
     return outside.count(",") + outside.count("[") + outside.count("{") > MAX_JSON_ITEMS

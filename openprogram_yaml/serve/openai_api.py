@@ -67,7 +67,7 @@ from ..runtime.content import (
 )
 from ..spec.suggest import close_matches
 from .guard import media_refusal, read_json, shown
-from .served_run import start_run, status_of
+from .served_run import read_body_json, start_run, status_of
 from .sse import EventStream
 
 if TYPE_CHECKING:
@@ -531,7 +531,7 @@ async def _read_body(request: web.Request) -> object:
     if refusal is not None:
         raise OpenAIError(415, refusal.replace("the inputs", "the request"))
     try:
-        return read_json(await request.read())
+        return await read_body_json(await request.read())
     except ValueError as exc:
         raise _bad(f"The body must be a JSON object ({exc}).") from None
 

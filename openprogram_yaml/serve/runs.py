@@ -39,8 +39,16 @@ from ..redaction import StreamRedactor, redact
 from ..run.questions import question_list
 from ..run.reload import ReloadEvent, describe_reload
 from .app import ServeState, error_reply
-from .guard import media_refusal, read_json
-from .served_run import ServedRun, method_at, model_for, read_inputs, start_run, status_of
+from .guard import media_refusal
+from .served_run import (
+    ServedRun,
+    method_at,
+    model_for,
+    read_body_json,
+    read_inputs,
+    start_run,
+    status_of,
+)
 from .sse import EventStream, wants_events
 
 __all__ = ["KEEPALIVE_S", "reload_notice", "routes"]
@@ -151,7 +159,7 @@ async def _reply(state: ServeState, request: web.Request) -> web.Response:
             board.decline(key)
             return _json({"id": key, "declined": True})
         try:
-            body = read_json(await request.read() or b"{}")
+            body = await read_body_json(await request.read() or b"{}")
         except ValueError as exc:
             return error_reply(400, f'the body must be JSON: {{"answer": …}} ({exc})')
         if not isinstance(body, dict) or "answer" not in body:

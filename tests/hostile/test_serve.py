@@ -29,6 +29,7 @@ from openprogram_yaml.run.service import RunService
 from openprogram_yaml.runner.cli import main
 from openprogram_yaml.serve.app import MAX_BODY, Server, ServeState
 from openprogram_yaml.serve.guard import MAX_JSON_ITEMS, ServeLimits
+from openprogram_yaml.serve.served_run import PARSE_IN_WORKER, read_body_json
 
 #: Generous: a child process starts Python and compiles; a watchfiles event takes ~10 ms.
 EVENT_TIMEOUT_S = 30.0
@@ -431,6 +432,29 @@ def test_json_of_more_items_than_the_bound_gets_400_at_once(tmp_path: Path) -> N
             assert status == 200
 
     asyncio.run(scenario())
+
+
+def test_a_long_body_is_parsed_while_the_event_loop_serves_others() -> None:
+    """A body past ``PARSE_IN_WORKER`` (a file input near ``MAX_BODY``) is checked and
+    parsed in a worker thread: one at the cap held the event loop, and every other client,
+    for 0.15 s. Here the loop turns while it is parsed; a parse on the loop would end in
+    the first turn."""
+    text = "a" * PARSE_IN_WORKER
+    body = json.dumps({"x": text}).encode()
+
+    async def scenario() -> tuple[object, int]:
+        parsing = asyncio.ensure_future(read_body_json(body))
+        turns = 0
+        while not parsing.done():
+            turns += 1
+            await asyncio.sleep(0)
+        return parsing.result(), turns
+
+    value, turns = asyncio.run(scenario())
+    assert value == {"x": text}
+    assert turns > 1
+    with pytest.raises(ValueError, match="not JSON"):
+        asyncio.run(read_body_json(body[:-1]))
 
 
 def test_json_nested_to_the_bound_is_served(tmp_path: Path) -> None:
