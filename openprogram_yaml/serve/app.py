@@ -57,7 +57,7 @@ from ..run.record import run_secrets
 from ..run.reload import ProgramHolder
 from ..run.service import RunService
 from ..run.sessions import DEFAULT_BUSY_TIMEOUT_S, SessionStore, sessions_path
-from .connections import ConnectionGuard, Deadline
+from .connections import CallLater, ConnectionGuard, Deadline, call_later
 from .guard import LOOPBACK_HOSTS, TOKEN_COOKIE, ServeLimits, origin_refusal, shown
 from .history import RunHistory
 
@@ -102,6 +102,8 @@ class ServeState:
     log: TextIO | None = None
     #: Opens a deadline (``asyncio.timeout``); tests pass their own.
     deadline: Deadline = asyncio.timeout
+    #: Sets a connection's deadlines (the event loop's ``call_later``); tests pass their own.
+    call_later: CallLater = call_later
     history: RunHistory = field(default_factory=RunHistory)
     #: The questions runs wait on: the service's asker when it is one.
     questions: PendingQuestions = field(default_factory=PendingQuestions)
@@ -424,7 +426,7 @@ class Server:
         await self._runner.setup()
         server = self._runner.server
         assert server is not None
-        guard = ConnectionGuard(server, self.state.limits, self.state.deadline)
+        guard = ConnectionGuard(server, self.state.limits, self.state.call_later)
         self.state.connections = guard
         loop = asyncio.get_running_loop()
         try:

@@ -15,7 +15,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -62,11 +62,13 @@ def save(path: Path, text: str) -> None:
 
 
 class Deadlines:
-    """Stands in for ``asyncio.timeout``: a deadline passes when the test says so."""
+    """Stands in for ``asyncio.timeout`` and the event loop's ``call_later`` (a connection's
+    deadlines): a deadline passes when the test says so. Both kinds are counted together,
+    in the order they start."""
 
     def __init__(self) -> None:
-        self.active: list[tuple[float, asyncio.Timeout]] = []
-        self.started: list[tuple[float, asyncio.Timeout]] = []
+        self.active: list[tuple[float, asyncio.Timeout | Timer]] = []
+        self.started: list[tuple[float, asyncio.Timeout | Timer]] = []
         self.changed = asyncio.Event()
 
     def __call__(self, seconds: float) -> AbstractAsyncContextManager[None]:
@@ -75,21 +77,29 @@ class Deadlines:
     @asynccontextmanager
     async def _deadline(self, seconds: float) -> AsyncIterator[None]:
         async with asyncio.timeout(None) as timeout:
-            entry = (seconds, timeout)
-            self.active.append(entry)
-            self.started.append(entry)
-            self.changed.set()
+            entry = self._start(seconds, timeout)
             try:
                 yield
             finally:
                 self.active.remove(entry)
 
-    async def armed(self, seconds: float, count: int = 1) -> list[asyncio.Timeout]:
+    def call_later(self, seconds: float, callback: Callable[[], None]) -> Timer:
+        timer = Timer(self, callback)
+        timer.entry = self._start(seconds, timer)
+        return timer
+
+    def _start(
+        self, seconds: float, deadline: asyncio.Timeout | Timer
+    ) -> tuple[float, asyncio.Timeout | Timer]:
+        entry = (seconds, deadline)
+        self.active.append(entry)
+        self.started.append(entry)
+        self.changed.set()
+        return entry
+
+    async def armed(self, seconds: float, count: int = 1) -> None:
         """Wait until ``count`` deadlines of ``seconds`` are running."""
-        while True:
-            found = [t for s, t in self.active if s == seconds]
-            if len(found) >= count:
-                return found
+        while len([t for s, t in self.active if s == seconds]) < count:
             self.changed.clear()
             await asyncio.wait_for(self.changed.wait(), EVENT_TIMEOUT_S)
 
@@ -98,11 +108,32 @@ class Deadlines:
         while True:
             started = [e for e in self.started if e[0] == seconds]
             if len(started) >= nth and started[nth - 1] in self.active:
-                started[nth - 1][1].reschedule(asyncio.get_running_loop().time())
+                deadline = started[nth - 1][1]
+                if isinstance(deadline, Timer):
+                    deadline.expire()
+                else:
+                    deadline.reschedule(asyncio.get_running_loop().time())
                 return
             assert len(started) <= nth, f"deadline {nth} of {seconds} s has already ended"
             self.changed.clear()
             await asyncio.wait_for(self.changed.wait(), EVENT_TIMEOUT_S)
+
+
+class Timer:
+    """A deadline ``Deadlines.call_later`` set: its callback is called when it passes."""
+
+    def __init__(self, owner: Deadlines, callback: Callable[[], None]) -> None:
+        self.owner = owner
+        self.callback = callback
+        self.entry: tuple[float, asyncio.Timeout | Timer] = (0.0, self)
+
+    def cancel(self) -> None:
+        if self.entry in self.owner.active:
+            self.owner.active.remove(self.entry)
+
+    def expire(self) -> None:
+        self.cancel()
+        self.callback()
 
 
 @asynccontextmanager
@@ -112,6 +143,9 @@ async def served(
     holder = ProgramHolder(agent, ignore=[records] if records else ())
     holder.load()
     log = RecordLog(records) if records else None
+    deadlines = options.get("deadline")
+    if isinstance(deadlines, Deadlines):  # the connections' deadlines too
+        options.setdefault("call_later", deadlines.call_later)
     server = Server(ServeState(holder, RunService(holder.snapshot, log), **options))
     port = await server.start(0)
     try:
