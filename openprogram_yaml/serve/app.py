@@ -9,7 +9,8 @@ grace period for runs in flight.
 Middlewares, outermost first; each refusal is ``{"error": "..."}`` with its status:
 
 1. ``connection``: tells the connection's guard a request started and ended (the header
-   deadline stops, the idle one starts).
+   deadline stops, the idle one starts); sends a refusal of a body left unread (``body``'s
+   408 and 413, in their final shape) and closes the connection.
 2. ``openai_api.openai_errors``: the refusals below, for a ``/v1/`` path, in OpenAI's
    error shape, which its clients read.
 3. ``errors``: a route's ``Refused`` and aiohttp's own refusals (404, 405, 413) as JSON;
@@ -244,15 +245,36 @@ def _connection_middleware(state: ServeState) -> Callable[..., Awaitable[web.Str
     @web.middleware
     async def connection(request: web.Request, handler: Handler) -> web.StreamResponse:
         guarded = state.connections.of(request) if state.connections else None
-        if guarded is None:
-            return await handler(request)
-        guarded.request_started()
+        if guarded is not None:
+            guarded.request_started()
         try:
-            return await handler(request)
+            response = await handler(request)
+            if response.get(_BODY_UNREAD):
+                # Sent here, after the middlewares within (a /v1/ refusal in OpenAI's
+                # shape), then the connection closed: the rest of the body may still
+                # come and be read as a request.
+                await response.prepare(request)
+                await response.write_eof()
+                if request.transport is not None:
+                    request.transport.close()
+            return response
         finally:
-            guarded.request_ended()
+            if guarded is not None:
+                guarded.request_ended()
 
     return connection
+
+
+#: Marks a reply sent before its request's body was read, that closes the connection.
+_BODY_UNREAD = web.ResponseKey("body_unread", bool)
+
+
+def _closing(reply: web.Response) -> web.Response:
+    """``reply``, marked to be sent by the connection middleware, which then closes the
+    connection (``_BODY_UNREAD``)."""
+    reply.force_close()
+    reply[_BODY_UNREAD] = True
+    return reply
 
 
 def _error_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -309,7 +331,7 @@ def _body_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRes
         if declared is not None and declared > MAX_BODY:
             # Said by the headers: refused at once, the body never read (it was waited for,
             # and a client that sent only the headers got a 408 when the deadline passed).
-            return await _answered_and_closed(request, error_reply(413, _TOO_LARGE))
+            return _closing(error_reply(413, _TOO_LARGE))
         # A body that has all arrived (most: it came with the headers) needs no deadline.
         if request.can_read_body and not request.content.is_eof():
             seconds = state.limits.body_timeout_s
@@ -318,21 +340,10 @@ def _body_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamRes
                     await request.read()  # kept: the handler's read() returns it
             except TimeoutError:
                 late = f"the request body did not arrive within {seconds:g} s"
-                return await _answered_and_closed(request, error_reply(408, late))
+                return _closing(error_reply(408, late))
         return await handler(request)
 
     return body
-
-
-async def _answered_and_closed(request: web.Request, reply: web.Response) -> web.Response:
-    """``reply`` sent, then the connection closed: the rest of the request's body, unread,
-    may still come and would be read as a request."""
-    reply.force_close()
-    await reply.prepare(request)
-    await reply.write_eof()
-    if request.transport is not None:
-        request.transport.close()
-    return reply
 
 
 def _guard_middleware(state: ServeState) -> Callable[..., Awaitable[web.StreamResponse]]:

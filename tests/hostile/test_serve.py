@@ -574,6 +574,40 @@ def test_a_body_declared_past_the_limit_gets_413_before_it_is_read(tmp_path: Pat
     assert not records.exists() or records.read_text() == ""
 
 
+@pytest.mark.parametrize("late", [True, False], ids=["408", "413"])
+def test_v1_refusals_of_an_unread_body_are_in_openais_shape(tmp_path: Path, late: bool) -> None:
+    """A ``/v1/`` request whose body does not arrive in time (408), or is declared past
+    ``MAX_BODY`` (413), is refused in OpenAI's error shape, which its clients read, and the
+    connection closed. (The 408 was sent before the shape was given: ``{"error": "..."}``.)"""
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> tuple[int, dict[str, Any]]:
+        deadlines = Deadlines()
+        limits = ServeLimits(body_timeout_s=9.0)
+        async with served(agent, limits=limits, deadline=deadlines) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            body = b'{"model": "echo.say", "messages": []}'
+            raw = request(port, "POST", "/v1/chat/completions", body, headers=JSON)
+            if late:
+                writer.write(raw[:-4])  # all but the last bytes of the body
+            else:
+                length = f"Content-Length: {len(body)}".encode()
+                writer.write(raw.replace(length, f"Content-Length: {MAX_BODY + 1}".encode()))
+            await writer.drain()
+            if late:
+                await deadlines.expire(9.0, nth=1)
+            reply = parse_response(await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S))
+            writer.close()
+            return reply
+
+    status, reply = asyncio.run(scenario())
+    assert status == (408 if late else 413)
+    error = reply["error"]
+    assert isinstance(error, dict), reply
+    assert ("did not arrive" if late else str(MAX_BODY)) in error["message"]
+    assert error["type"] == ("timeout" if late else "invalid_request_error")
+
+
 def test_an_idle_connection_is_closed(tmp_path: Path) -> None:
     agent = write_agent(tmp_path)
 
