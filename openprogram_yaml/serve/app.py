@@ -10,7 +10,8 @@ Middlewares, outermost first; each refusal is ``{"error": "..."}`` with its stat
 
 1. ``connection``: tells the connection's guard a request started and ended (the header
    deadline stops, the idle one starts); sends a refusal of a body left unread (``body``'s
-   408 and 413, in their final shape) and closes the connection.
+   408 and 413, in their final shape) and half-closes the connection (the rest of the body
+   is read and dropped, so that the client reads the refusal, then it closes).
 2. ``openai_api.openai_errors``: the refusals below, for a ``/v1/`` path, in OpenAI's
    error shape, which its clients read.
 3. ``errors``: a route's ``Refused`` and aiohttp's own refusals (404, 405, 413) as JSON;
@@ -251,12 +252,14 @@ def _connection_middleware(state: ServeState) -> Callable[..., Awaitable[web.Str
             response = await handler(request)
             if response.get(_BODY_UNREAD):
                 # Sent here, after the middlewares within (a /v1/ refusal in OpenAI's
-                # shape), then the connection closed: the rest of the body may still
-                # come and be read as a request.
+                # shape), then the connection half-closed: the client reads the reply to
+                # its end, and the body it may still be sending is read and dropped by
+                # aiohttp (its lingering close, up to 10 s) before the connection closes.
+                # Closed at once, the unread body would reset the connection (RST), and a
+                # client still sending it lose the reply.
                 await response.prepare(request)
                 await response.write_eof()
-                if request.transport is not None:
-                    request.transport.close()
+                _half_close(request)
             return response
         finally:
             if guarded is not None:
@@ -267,6 +270,17 @@ def _connection_middleware(state: ServeState) -> Callable[..., Awaitable[web.Str
 
 #: Marks a reply sent before its request's body was read, that closes the connection.
 _BODY_UNREAD = web.ResponseKey("body_unread", bool)
+
+
+def _half_close(request: web.BaseRequest) -> None:
+    """End what the server sends on ``request``'s connection, still reading what comes."""
+    transport = request.transport
+    if transport is None or transport.is_closing():
+        return
+    if isinstance(transport, asyncio.WriteTransport) and transport.can_write_eof():
+        transport.write_eof()
+    else:
+        transport.close()
 
 
 def _closing(reply: web.Response) -> web.Response:

@@ -574,6 +574,27 @@ def test_a_body_declared_past_the_limit_gets_413_before_it_is_read(tmp_path: Pat
     assert not records.exists() or records.read_text() == ""
 
 
+def test_a_client_sending_a_body_past_the_limit_reads_its_413(tmp_path: Path) -> None:
+    """A client that sends its whole body, as most do, before reading the reply gets the 413
+    too: the connection was closed with the body arriving unread, which resets it (RST),
+    and the client lost the reply it had not read yet."""
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> tuple[int, dict[str, Any]]:
+        async with served(agent, deadline=Deadlines()) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            body = b'{"x": "' + b"a" * MAX_BODY + b'"}'
+            writer.write(run_request(port, body))
+            await writer.drain()
+            reply = parse_response(await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S))
+            writer.close()
+            return reply
+
+    status, reply = asyncio.run(scenario())
+    assert status == 413
+    assert str(MAX_BODY) in reply["error"]
+
+
 @pytest.mark.parametrize("late", [True, False], ids=["408", "413"])
 def test_v1_refusals_of_an_unread_body_are_in_openais_shape(tmp_path: Path, late: bool) -> None:
     """A ``/v1/`` request whose body does not arrive in time (408), or is declared past
