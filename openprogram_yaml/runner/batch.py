@@ -34,6 +34,7 @@ from ..run.batch.driver import BatchSummary, drive_batch
 from ..run.batch.engine import DEFAULT_CONCURRENCY, BatchEngine, BatchJob, LocalEngine, RowResult
 from ..run.batch.output import DoneRows, OutputWriter
 from ..run.batch.rows import (
+    MAX_LINE_CHARS,
     BatchRow,
     Key,
     input_lines,
@@ -188,16 +189,19 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
         return _fail(f"error: cannot read {args.input} (--input): {exc.strerror or exc}")
     name_shown = "<stdin>" if args.input == "-" else args.input
 
-    lines = input_lines(source, name_shown)
     try:
-        first = next(lines, "")
+        first = source.readline(MAX_LINE_CHARS + 1)  # its start tells the format
     except (OSError, UnicodeDecodeError) as exc:
         source.close()
         return _fail(f"error: {unreadable(name_shown, exc)}")
-    except UsageError as exc:
-        source.close()
-        return _fail(f"error: {exc}", secrets)
     kind = args.format or sniff_format(name_shown, first)
+    # A JSON array is read whole, however long its lines (``json.dump`` writes one); the
+    # lines of the other formats are rows, each read at most MAX_LINE_CHARS at a time.
+    lines = (
+        itertools.chain([first], source)
+        if kind == "json"
+        else input_lines(source, name_shown, first=first)
+    )
 
     def convert(row: JSONObject, where: str) -> tuple[Key, JSONObject]:
         return row_values(
@@ -209,7 +213,7 @@ def batch_command(argv: Sequence[str], *, engine: BatchEngine | None = None) -> 
             from_text=kind == "csv",
         )
 
-    rows = make_rows(read_rows(itertools.chain([first], lines), name_shown, kind), convert)
+    rows = make_rows(read_rows(lines, name_shown, kind), convert)
     progress = None
     if not args.quiet and sys.stderr.isatty():
         progress = _Progress(_count_rows(args.input, kind))

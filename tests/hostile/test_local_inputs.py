@@ -208,6 +208,35 @@ def test_a_batch_input_of_one_endless_line_is_refused_not_read_whole(
     assert [json.loads(line)["key"] for line in out.read_text().splitlines()] == [0]
 
 
+def test_a_first_line_past_the_bound_is_refused_too(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from openprogram_yaml.run.batch.rows import MAX_LINE_CHARS
+
+    rows = tmp_path / "in.jsonl"
+    with rows.open("wb") as stream:  # sparse: no disk is used
+        stream.truncate(4 * MAX_LINE_CHARS)
+    out = tmp_path / "out.jsonl"
+    err = _refused(capsys, _batch(agent, rows, out))
+    assert f"{rows}:1: the line is longer than {MAX_LINE_CHARS:,} characters" in err
+
+
+def test_a_json_array_on_one_line_past_the_line_bound_is_read_whole(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A JSON array is read whole, as it always was, and ``json.dump`` writes it on one line:
+    the bound on a line of JSON Lines or CSV (a row) refused a dataset of 28 MiB written so."""
+    from openprogram_yaml.run.batch.rows import MAX_LINE_CHARS
+
+    rows = tmp_path / "in.json"
+    rows.write_text('[{"ticket": "a"},' + " " * MAX_LINE_CHARS + '{"ticket": "b"}]')
+    out = tmp_path / "out.jsonl"
+    code = within_time(lambda: main(_batch(agent, rows, out)))
+    assert code == 0, capsys.readouterr().err
+    tickets = [json.loads(line)["inputs"]["ticket"] for line in out.read_text().splitlines()]
+    assert sorted(tickets) == ["a", "b"]
+
+
 def test_resume_from_a_device_is_refused_not_read_without_end(
     agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

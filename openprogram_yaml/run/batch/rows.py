@@ -2,10 +2,11 @@
 
 Files are read as a stream (a JSON array excepted, which is read whole: give a large
 dataset as JSON Lines), so a million-row input costs no more memory than a few rows, and a
-line is read at most ``MAX_LINE_CHARS`` at a time (``input_lines``): a file that is one
-endless line is an error, not read whole into memory. A line that is not what its format
-says stops the batch with ``FILE:LINE: what is wrong`` (``BatchInputError``, exit 2): rows
-already finished are kept, and ``--resume`` goes on from them once the line is fixed.
+line of JSON Lines or CSV is read at most ``MAX_LINE_CHARS`` at a time (``input_lines``): a
+file that is one endless line is an error, not read whole into memory. A line that is not
+what its format says stops the batch with ``FILE:LINE: what is wrong`` (``BatchInputError``,
+exit 2): rows already finished are kept, and ``--resume`` goes on from them once the line is
+fixed.
 
 Lines are read as they are written (the file opened with ``newline=""``, as the csv module
 requires): a quoted CSV value keeps its ``\r\n`` or ``\r``, and a JSON Lines file written
@@ -70,12 +71,16 @@ def input_digest(inputs: Mapping[str, JSONValue]) -> str:
 MAX_LINE_CHARS = 28 << 20
 
 
-def input_lines(stream: TextIO, name: str, *, limit: int = MAX_LINE_CHARS) -> Iterator[str]:
-    """The lines of ``stream`` (named ``name`` in messages), each read at most ``limit``
+def input_lines(
+    stream: TextIO, name: str, *, first: str | None = None, limit: int = MAX_LINE_CHARS
+) -> Iterator[str]:
+    """The lines of ``stream`` (named ``name`` in messages; ``first``, its first, when it
+    was already read, as ``stream.readline(limit + 1)``), each read at most ``limit``
     characters at a time: a longer line is a ``BatchInputError`` naming it, before more of
     it is read. Open a file with ``newline=""`` so a line keeps its ending as written."""
     number = 0
-    while line := stream.readline(limit + 1):
+    line = stream.readline(limit + 1) if first is None else first
+    while line:
         number += 1
         if len(line) > limit:
             raise BatchInputError(
@@ -83,6 +88,7 @@ def input_lines(stream: TextIO, name: str, *, limit: int = MAX_LINE_CHARS) -> It
                 "row may hold"
             )
         yield line
+        line = stream.readline(limit + 1)
 
 
 def sniff_format(name: str, first: str) -> str:
