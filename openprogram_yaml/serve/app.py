@@ -59,7 +59,7 @@ from ..run.record import run_secrets
 from ..run.reload import ProgramHolder
 from ..run.service import RunService
 from ..run.sessions import DEFAULT_BUSY_TIMEOUT_S, SessionStore, sessions_path
-from .connections import CallLater, ConnectionGuard, Deadline, call_later
+from .connections import CallLater, ConnectionGuard, Deadline, call_later, half_close
 from .guard import LOOPBACK_HOSTS, TOKEN_COOKIE, ServeLimits, origin_refusal, shown
 from .history import RunHistory
 
@@ -252,14 +252,14 @@ def _connection_middleware(state: ServeState) -> Callable[..., Awaitable[web.Str
             response = await handler(request)
             if response.get(_BODY_UNREAD):
                 # Sent here, after the middlewares within (a /v1/ refusal in OpenAI's
-                # shape), then the connection half-closed: the client reads the reply to
-                # its end, and the body it may still be sending is read and dropped by
-                # aiohttp (its lingering close, up to 10 s) before the connection closes.
-                # Closed at once, the unread body would reset the connection (RST), and a
-                # client still sending it lose the reply.
+                # shape), then the connection half-closed (``connections.half_close``):
+                # the rest of the body is read and dropped, never read as a request.
                 await response.prepare(request)
                 await response.write_eof()
-                _half_close(request)
+                if guarded is not None:
+                    guarded.half_close()
+                elif request.transport is not None:
+                    half_close(request.transport)
             return response
         finally:
             if guarded is not None:
@@ -270,17 +270,6 @@ def _connection_middleware(state: ServeState) -> Callable[..., Awaitable[web.Str
 
 #: Marks a reply sent before its request's body was read, that closes the connection.
 _BODY_UNREAD = web.ResponseKey("body_unread", bool)
-
-
-def _half_close(request: web.BaseRequest) -> None:
-    """End what the server sends on ``request``'s connection, still reading what comes."""
-    transport = request.transport
-    if transport is None or transport.is_closing():
-        return
-    if isinstance(transport, asyncio.WriteTransport) and transport.can_write_eof():
-        transport.write_eof()
-    else:
-        transport.close()
 
 
 def _closing(reply: web.Response) -> web.Response:

@@ -595,6 +595,36 @@ def test_a_client_sending_a_body_past_the_limit_reads_its_413(tmp_path: Path) ->
     assert str(MAX_BODY) in reply["error"]
 
 
+def test_the_body_still_coming_after_a_413_is_no_request(tmp_path: Path) -> None:
+    """After the 413 of a body left unread, the connection only reads what still comes and
+    closes at the idle deadline: the body's bytes were taken for a next request's start,
+    whose header deadline then wrote a 408 on the half-closed connection (an error)."""
+    agent = write_agent(tmp_path)
+
+    async def scenario() -> None:
+        deadlines = Deadlines()
+        limits = ServeLimits(header_timeout_s=7.0)
+        async with served(agent, limits=limits, deadline=deadlines) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(
+                run_request(port, b"").replace(
+                    b"Content-Length: 0", f"Content-Length: {MAX_BODY + 1}".encode()
+                )
+            )
+            await writer.drain()
+            reply = await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S)
+            assert parse_response(reply)[0] == 413
+            writer.write(b"a" * 1000)  # the body, sent on
+            await writer.drain()
+            # A whole exchange on another connection: the server has read those bytes.
+            assert (await exchange(port, request(port, "GET", "/health")))[0] == 200
+            # Deadlines 1 and 2 were the request's; 3 is the idle one, still running.
+            await deadlines.expire(7.0, nth=3)
+            writer.close()
+
+    asyncio.run(scenario())
+
+
 @pytest.mark.parametrize("late", [True, False], ids=["408", "413"])
 def test_v1_refusals_of_an_unread_body_are_in_openais_shape(tmp_path: Path, late: bool) -> None:
     """A ``/v1/`` request whose body does not arrive in time (408), or is declared past
