@@ -36,9 +36,11 @@ from openprogram_yaml.serve.openai_api import (
     model_table,
     models_list,
     parse_chat_request,
+    read_method_inputs,
     record_error,
     usage_of,
 )
+from openprogram_yaml.serve.served_run import PARSE_IN_WORKER
 
 DESK = """
 version: 1
@@ -148,6 +150,28 @@ def test_a_bad_request_is_a_400_saying_what_is_wrong(body: object, says: str) ->
     assert caught.value.status == 400 and says in caught.value.message
     error = caught.value.body()["error"]
     assert error["type"] == "invalid_request_error"  # type: ignore[index, call-overload]
+
+
+def test_a_long_message_is_read_as_inputs_while_the_event_loop_serves_others(write) -> None:  # type: ignore[no-untyped-def]
+    """A last user message past ``PARSE_IN_WORKER`` is parsed as inputs in a worker thread,
+    as the body it came in was: a JSON object of 23 MiB held the event loop 0.24 s. Here
+    the loop turns while it is parsed; a parse on the loop would end in the first turn."""
+    table = model_table(compile_path(write("desk.yaml", DESK)))
+    text = json.dumps({"item": "p" * PARSE_IN_WORKER, "count": 2})
+
+    async def scenario() -> tuple[object, int]:
+        parsing = asyncio.ensure_future(read_method_inputs(table["quote"], text))
+        turns = 0
+        while not parsing.done():
+            turns += 1
+            await asyncio.sleep(0)
+        return parsing.result(), turns
+
+    inputs, turns = asyncio.run(scenario())
+    assert inputs == {"item": "p" * PARSE_IN_WORKER, "count": 2}
+    assert turns > 1
+    with pytest.raises(OpenAIError, match="takes inputs item, count"):
+        asyncio.run(read_method_inputs(table["quote"], text[:-1]))
 
 
 def test_inputs_from_the_text_one_input_several_or_none(write) -> None:  # type: ignore[no-untyped-def]
