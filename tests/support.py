@@ -6,11 +6,12 @@ tests.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -109,6 +110,22 @@ def within_time(call: Callable[[], _T]) -> _T:
     assert not thread.is_alive(), "the command hung"
     assert result, "the command raised"
     return result[0]
+
+
+def loop_turns(awaitable: Awaitable[_T]) -> tuple[_T, int]:
+    """``awaitable``'s result, and how many turns of a fresh event loop it took: one for
+    work done on the loop in a single step, more when the loop ran on beside it (in a
+    worker thread)."""
+
+    async def counted() -> tuple[_T, int]:
+        running = asyncio.ensure_future(awaitable)
+        turns = 0
+        while not running.done():
+            turns += 1
+            await asyncio.sleep(0)
+        return running.result(), turns
+
+    return asyncio.run(counted())
 
 
 #: An agent whose tool is declared ``confirm``: a run of ``tidy`` asks before it removes

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import ANY_INPUT_AGENT
+from support import ANY_INPUT_AGENT, loop_turns
 
 from openprogram_yaml.run.record import RecordLog
 from openprogram_yaml.run.reload import ProgramHolder, ReloadEvent
@@ -476,15 +476,7 @@ def test_a_long_body_is_parsed_while_the_event_loop_serves_others() -> None:
     text = "a" * PARSE_IN_WORKER
     body = json.dumps({"x": text}).encode()
 
-    async def scenario() -> tuple[object, int]:
-        parsing = asyncio.ensure_future(read_body_json(body))
-        turns = 0
-        while not parsing.done():
-            turns += 1
-            await asyncio.sleep(0)
-        return parsing.result(), turns
-
-    value, turns = asyncio.run(scenario())
+    value, turns = loop_turns(read_body_json(body))
     assert value == {"x": text}
     assert turns > 1
     with pytest.raises(ValueError, match="not JSON"):

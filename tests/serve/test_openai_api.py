@@ -20,6 +20,7 @@ from loopback import chat_completion as chat_completion_body
 from openai import AsyncOpenAI, OpenAI
 from openai.types import Model
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from support import loop_turns
 
 from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.run.record import RunRecord
@@ -159,15 +160,7 @@ def test_a_long_message_is_read_as_inputs_while_the_event_loop_serves_others(wri
     table = model_table(compile_path(write("desk.yaml", DESK)))
     text = json.dumps({"item": "p" * PARSE_IN_WORKER, "count": 2})
 
-    async def scenario() -> tuple[object, int]:
-        parsing = asyncio.ensure_future(read_method_inputs(table["quote"], text))
-        turns = 0
-        while not parsing.done():
-            turns += 1
-            await asyncio.sleep(0)
-        return parsing.result(), turns
-
-    inputs, turns = asyncio.run(scenario())
+    inputs, turns = loop_turns(read_method_inputs(table["quote"], text))
     assert inputs == {"item": "p" * PARSE_IN_WORKER, "count": 2}
     assert turns > 1
     with pytest.raises(OpenAIError, match="takes inputs item, count"):
