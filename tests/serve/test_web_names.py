@@ -19,7 +19,7 @@ name: __proto__
 model: test
 methods:
   constructor:
-    inputs: {__proto__: {type: string}, toString: {type: string}}
+    inputs: {__proto__: {type: string}, toString: {type: string, format: constructor}}
     prompt: "{{ __proto__ }} and {{ toString }}"
   hello:
     prompt: Hello.
@@ -49,7 +49,8 @@ def page(browser: Browser, served: Served) -> Iterator[Page]:
 
 def test_an_input_named_proto_is_sent_with_the_others(page: Page) -> None:
     # Set as inputs["__proto__"], it became the object's prototype and was never sent: the
-    # run failed "'__proto__' is a required property".
+    # run failed "'__proto__' is a required property". (And format "constructor", looked
+    # up among the file formats, made toString a file picker.)
     page.locator("#input-__proto__").fill("first")
     page.locator("#input-toString").fill("second")
     page.get_by_role("button", name="Run", exact=True).click()

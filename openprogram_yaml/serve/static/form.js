@@ -15,7 +15,8 @@ function fileTypes(schema) {
   if (schema.type !== "string") return null;
   const media = typeof schema.contentMediaType === "string" ? schema.contentMediaType.toLowerCase() : null;
   if (media !== null) return /^(image|audio|video)\//.test(media) || media === "application/pdf" ? media : null;
-  return FILE_FORMATS[schema.format] ?? null;
+  // Own properties only: a format named constructor (or toString) is found on any object.
+  return Object.hasOwn(FILE_FORMATS, schema.format) ? FILE_FORMATS[schema.format] : null;
 }
 
 /** Which control an input's schema gets. */
