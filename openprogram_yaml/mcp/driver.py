@@ -30,6 +30,7 @@ from ..run.record import RecordLog
 from ..run.reload import ProgramHolder, describe_failure, describe_reload
 from ..run.service import RunService
 from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
+from ..runner.terminal_asker import shown_on_terminal
 from .asking import ElicitingAsker
 from .server import RepositoryServer
 
@@ -45,6 +46,9 @@ MCP_PATH = "/mcp"
 
 
 def _say(text: str) -> None:
+    """A line on stderr, shown as text, never obeyed: it may quote the repository's files
+    (a problem of a reload)."""
+    text = shown_on_terminal(text)
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
     sys.stderr.flush()
 

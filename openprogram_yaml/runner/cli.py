@@ -205,11 +205,19 @@ def _emit(stream: TextIO, text: str, secrets: frozenset[str] = frozenset()) -> N
 
 
 def _print_config_error(exc: ConfigError) -> int:
-    diags = exc.diagnostics
-    for d in diags:
-        _emit(sys.stderr, str(d))
-    _emit(sys.stderr, f"{_count(len(diags), 'error')} found; nothing was run.")
+    _print_problems(exc.diagnostics, "found; nothing was run.")
     return 2
+
+
+def _print_problems(diagnostics: Sequence[Diagnostic], found: str) -> None:
+    """Each problem on stderr, then how many were ``found``. A problem quotes the
+    repository's files (a key, a recording's name): shown as text, never obeyed (an escape
+    sequence among them would drive the terminal)."""
+    from .terminal_asker import shown_on_terminal
+
+    for d in diagnostics:
+        _emit(sys.stderr, shown_on_terminal(str(d)))
+    _emit(sys.stderr, f"{_count(len(diagnostics), 'error')} {found}")
 
 
 def _parse_inputs(args: argparse.Namespace, method: Method) -> dict[str, JSONValue]:
@@ -1271,9 +1279,7 @@ def _cmd_check(argv: Sequence[str]) -> int:
             if args.connect:
                 diagnostics.extend(_connect_servers(program))
     if diagnostics:
-        for d in diagnostics:
-            _emit(sys.stderr, str(d))
-        _emit(sys.stderr, f"{_count(len(diagnostics), 'error')} found.")
+        _print_problems(diagnostics, "found.")
         return 2
     _emit(sys.stdout, f"ok: {_count(agents, 'agent')}, {_count(methods, 'method')} checked")
     return 0

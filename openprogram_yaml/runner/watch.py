@@ -56,8 +56,9 @@ def _line(stream: TextIO, text: str) -> None:
 
 
 def _say(text: str) -> None:
-    """A line for the person watching (stderr: stdout holds only the outputs)."""
-    _line(sys.stderr, text)
+    """A line for the person watching (stderr: stdout holds only the outputs), shown as text,
+    never obeyed: it may quote the repository's files or a model's error."""
+    _line(sys.stderr, shown_on_terminal(text))
 
 
 def _print(text: str) -> None:

@@ -16,6 +16,7 @@ from ..run.record import RecordLog
 from ..run.reload import ProgramHolder, describe_failure, describe_reload
 from ..run.service import RunService
 from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
+from ..runner.terminal_asker import shown_on_terminal
 from .app import Server, ServeState, shown_host
 from .guard import ServeLimits
 from .history import RunHistory
@@ -47,6 +48,9 @@ def _collector_for_serving() -> Iterator[None]:
 
 
 def _say(text: str) -> None:
+    """A line on stderr, shown as text, never obeyed: it may quote the repository's files
+    (a problem of a reload)."""
+    text = shown_on_terminal(text)
     sys.stderr.write(text if text.endswith("\n") else text + "\n")
     sys.stderr.flush()
 

@@ -7,7 +7,8 @@ Each test failed before its fix: a store holding a recursive view hung ``session
 names in a store drove the terminal, a short list of recorded embeddings and a JSON path
 index of 5,000 digits were tracebacks, an output of 0 passed for false, a '\\r' in a case
 name started a Markdown heading, '.reply' ran a method /v1/models does not list, and an
-agent named "bot\\n" loaded.
+agent named "bot\\n" loaded, and a key or a recording's name quoted in a problem drove the
+terminal.
 """
 
 from __future__ import annotations
@@ -490,3 +491,36 @@ def test_a_name_ending_in_a_line_break_is_refused_at_its_position(
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err
     assert said in err, err
+
+
+# --- problems that quote the repository ---------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["check"], [], ["serve"], ["mcp"]])
+def test_a_problem_quoting_a_file_is_shown_never_obeyed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    # A key of an agent file, quoted in its problem, was printed as it is: its escape
+    # sequence set the terminal's title and cleared its screen.
+    key = _ESCAPES.replace("\x1b", "\\e").replace("\x07", "\\a")  # YAML's escapes
+    path = tmp_path / "a.yaml"
+    path.write_text(f'version: 1\nname: bot\nmodel: test\n"{key}": 1\nmethods: {{}}\n')
+    assert within_time(lambda: main([*command, str(path)])) == 2
+    err = capsys.readouterr().err
+    assert "unknown key 's1\\x1b]0;owned\\x07\\x1b[2J'" in err, err
+    assert "\x1b" not in err and "\x07" not in err
+
+
+def test_a_broken_recordings_name_is_shown_never_obeyed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The recordings --replay reads before a run are named in its problems.
+    path = tmp_path / "a.yaml"
+    path.write_text("version: 1\nname: bot\nmodel: test\nmethods:\n  go:\n    prompt: hi\n")
+    folder = tmp_path / "rec" / "bot.go"
+    folder.mkdir(parents=True)
+    (folder / f"{_ESCAPES}.yaml").write_text("request: {}\nresponse: {content: 5}\n")
+    assert main([str(path), "--replay", str(tmp_path / "rec")]) == 2
+    err = capsys.readouterr().err
+    assert "s1\\x1b]0;owned\\x07\\x1b[2J.yaml:2:21: error" in err, err
+    assert "\x1b" not in err and "\x07" not in err
