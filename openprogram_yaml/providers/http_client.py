@@ -14,8 +14,8 @@ variables. Both libraries are imported lazily.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
+import re
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -150,24 +150,44 @@ def build_client(
     )
 
 
+#: A line break of a server-sent event stream: CRLF, a lone CR or a lone LF, nothing else.
+_LINE_BREAK = re.compile(rb"\r\n?|\n")
+
+
 async def iter_lines(chunks: AsyncIterator[bytes]) -> AsyncGenerator[str, None]:
-    """UTF-8 text lines from a byte stream, split like ``str.splitlines`` (as httpx does)."""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    pending = ""
+    """UTF-8 text lines from a byte stream, split at CRLF, CR or LF (line ends removed).
+
+    Only those three, as the server-sent events standard says: ``str.splitlines`` also
+    splits at U+2028, U+0085 and others that JSON carries unescaped inside a string, which
+    cut a streamed reply holding one into two lines of broken JSON. Each chunk is searched
+    once and an unended line is kept in pieces joined once, so a long line costs its length, not
+    its length times its chunks. The bytes are split before they are decoded: no byte of a
+    multi-byte UTF-8 character is a CR or LF.
+    """
+    pending: list[bytes] = []  # the start of a line no break has ended yet, in pieces
+    after_cr = False  # the last chunk ended in CR: an LF first in the next is that break's
     async for chunk in chunks:
-        text = pending + decoder.decode(chunk)
-        if not text:
+        if not chunk:
             continue
-        lines = text.splitlines(keepends=True)
-        last = lines[-1]
-        # An unterminated last line waits for more; so does a "\r" that may precede "\n".
-        waits = last.endswith("\r") or last.splitlines()[0] == last
-        pending = lines.pop() if waits else ""
+        if after_cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]
+        after_cr = chunk[-1:] == b"\r"
+        first, *lines = _LINE_BREAK.split(chunk)
+        if not lines:
+            if first:
+                pending.append(first)
+            continue
+        if pending:
+            first = b"".join([*pending, first])
+            pending.clear()
+        yield first.decode("utf-8", "replace")
+        last = lines.pop()
         for line in lines:
-            yield line.splitlines()[0]
-    text = pending + decoder.decode(b"", final=True)
-    for line in text.splitlines():
-        yield line
+            yield line.decode("utf-8", "replace")
+        if last:
+            pending.append(last)
+    if pending:
+        yield b"".join(pending).decode("utf-8", "replace")
 
 
 class _AiohttpReply:

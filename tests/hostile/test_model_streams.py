@@ -1,0 +1,131 @@
+"""What a model server's event stream may hold that once broke a streamed turn.
+
+Every server is a ``LoopbackServer`` on 127.0.0.1; the line splitter is also driven with
+pieces cut at every place, against the standard's rule applied to the whole stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from loopback import LoopbackServer, anthropic_sse, sse_reply
+
+from openprogram_yaml.providers.anthropic import AnthropicRuntime
+from openprogram_yaml.providers.http_client import iter_lines
+from openprogram_yaml.providers.openai import OpenAIRuntime
+from openprogram_yaml.runtimes.protocol import RuntimeDelta, RuntimeResult
+
+# Characters ``str.splitlines`` breaks at that JSON leaves unescaped inside a string.
+_SEPARATORS = ["\u2028", "\u2029", "\x85"]
+
+
+@pytest.fixture
+def server() -> Iterator[LoopbackServer]:
+    with LoopbackServer() as srv:
+        yield srv
+
+
+def _openai_events(text: str) -> list[str]:
+    chunks = [
+        {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {"content": text}}]},
+        {"id": "c1", "model": "m", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    ]
+    events = [f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n" for chunk in chunks]
+    return [*events, "data: [DONE]\n\n"]
+
+
+def _anthropic_events(text: str) -> list[str]:
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {"id": "m1", "model": "m", "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {}},
+        {"type": "message_stop"},
+    ]
+    return [
+        event.replace("\\u2028", "\u2028").replace("\\u2029", "\u2029").replace("\\u0085", "\x85")
+        for event in anthropic_sse(events)
+    ]
+
+
+async def _turn(
+    runtime: OpenAIRuntime | AnthropicRuntime, deltas: list[RuntimeDelta]
+) -> RuntimeResult:
+    try:
+        return await runtime.run_turn("hi", model_ref="m:x", on_delta=deltas.append)
+    finally:
+        await runtime.aclose()
+
+
+@pytest.mark.parametrize("separator", _SEPARATORS)
+def test_a_line_separator_inside_streamed_text_is_text_not_a_line_break(
+    server: LoopbackServer, separator: str
+) -> None:
+    # Servers writing UTF-8 JSON (ensure_ascii off) send these characters as they are; the
+    # stream once broke there and the turn failed as "a stream event is not JSON".
+    text = f"one{separator}two"
+    server.add(sse_reply(_openai_events(text)), sse_reply(_anthropic_events(text)))
+    runtimes: list[OpenAIRuntime | AnthropicRuntime] = [
+        OpenAIRuntime(base_url=server.url + "/v1", provider="m", api_key="k"),
+        AnthropicRuntime(base_url=server.url, provider="m", api_key="k"),
+    ]
+    for runtime in runtimes:
+        deltas: list[RuntimeDelta] = []
+        result = asyncio.run(_turn(runtime, deltas))
+        assert (result.error, result.content) == (None, text)
+        assert "".join(delta.content for delta in deltas) == text
+
+
+async def _pieces(data: bytes, cuts: list[int]) -> AsyncIterator[bytes]:
+    start = 0
+    for cut in [*cuts, len(data)]:
+        yield data[start:cut]
+        start = cut
+
+
+def _lines(data: bytes, cuts: list[int]) -> list[str]:
+    async def collect() -> list[str]:
+        return [line async for line in iter_lines(_pieces(data, cuts))]
+
+    return asyncio.run(collect())
+
+
+def _expected(data: bytes) -> list[str]:
+    # The standard's rule on the whole stream: a line ends at CRLF, CR or LF; an unended
+    # last line still counts.
+    lines = re.split(rb"\r\n|\r|\n", data)
+    if lines[-1] == b"":
+        lines.pop()
+    return [line.decode("utf-8", "replace") for line in lines]
+
+
+def test_lines_are_the_same_wherever_the_stream_is_cut() -> None:
+    alphabet = [b"\r", b"\n", b"\r\n", b"a", b"data: x", "\u2028".encode(), b"\xe2\x82", b"\xff"]
+    rng = random.Random(7)
+    for _ in range(2000):
+        data = b"".join(rng.choice(alphabet) for _ in range(rng.randrange(12)))
+        cuts = sorted(rng.sample(range(len(data) + 1), rng.randrange(min(len(data) + 1, 5))))
+        assert _lines(data, cuts) == _expected(data), (data, cuts)
+
+
+def test_every_single_cut_of_a_crlf_stream_gives_the_same_lines() -> None:
+    data = b"data: 1\r\n\r\ndata: \xe2\x80\xa8\r\r\n\n"
+    for cut in range(len(data) + 1):
+        assert _lines(data, [cut]) == ["data: 1", "", "data: \u2028", "", ""]
+
+
+def test_a_long_line_in_small_pieces_costs_its_length_not_its_length_times_its_pieces() -> None:
+    # 8 MiB in 4 KiB pieces: once some 15 s of copying, each piece joined to all before it.
+    data = b"x" * (8 << 20) + b"\n"
+    started = time.perf_counter()
+    lines = _lines(data, list(range(4096, len(data), 4096)))
+    assert time.perf_counter() - started < 3.0
+    assert [len(line) for line in lines] == [8 << 20]
