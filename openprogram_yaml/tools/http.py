@@ -26,6 +26,7 @@ pickled (in the compile cache) keeps its configuration, not its connections.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import functools
 import json
 import re
@@ -315,12 +316,20 @@ def _with_query(url: str, params: Mapping[str, str]) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path, query + urlencode(params), ""))
 
 
+#: Text codecs of Python's that read no body: ``idna`` and ``undefined`` refuse any with
+#: errors="replace", and ``punycode`` takes time growing with the square of its length
+#: (a 400 kB body: 15 s, the event loop held all along).
+_NOT_CHARSETS = frozenset({"idna", "punycode", "undefined"})
+
+
 def _charset(content_type: str) -> str:
+    """The reply's charset when Python reads it as text, else UTF-8."""
     match = re.search(r"charset=([\w.-]+)", content_type, re.IGNORECASE)
-    if match is not None:
-        try:
-            "".encode(match.group(1))
-        except LookupError:
-            return "utf-8"
-        return match.group(1)
-    return "utf-8"
+    if match is None:
+        return "utf-8"
+    name = match.group(1)
+    try:
+        "".encode(name)  # a bytes-to-bytes codec (base64, zlib …) is no text encoding
+    except (LookupError, UnicodeError):
+        return "utf-8"
+    return "utf-8" if codecs.lookup(name).name in _NOT_CHARSETS else name
