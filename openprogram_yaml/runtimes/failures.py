@@ -14,6 +14,7 @@ import asyncio
 import email.utils
 import functools
 import json
+import math
 import re
 import sys
 import time
@@ -28,6 +29,7 @@ from .protocol import TurnFailure
 __all__ = [
     "FALLBACK_REASONS",
     "MAX_ERROR_TEXT",
+    "MAX_RETRY_AFTER_S",
     "PERMANENT_MARKERS",
     "PERMANENT_REASONS",
     "classify_error_text",
@@ -79,10 +81,12 @@ def parse_retry_after(value: str | float | None, *, now: float | None = None) ->
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value) if value >= 0 else None
+        return float(value) if 0 <= value < math.inf else None
     match = re.match(_NUMBER, value, re.IGNORECASE)
     if match:
-        number = float(match.group(1))
+        number = float(match.group(1))  # 400 nines make inf: no wait at all, not a forever
+        if number == math.inf:
+            return None
         return number / 1000.0 if (match.group(2) or "").lower() == "ms" else number
     try:
         when = email.utils.parsedate_to_datetime(value.strip())
@@ -105,7 +109,7 @@ def retry_after_from_headers(
         except ValueError:
             pass
         else:
-            if value >= 0:
+            if 0 <= value < math.inf:  # "inf" and "nan" are no number of milliseconds
                 return value / 1000.0
     return parse_retry_after(lowered.get("retry-after"), now=now)
 
@@ -164,13 +168,21 @@ PERMANENT_REASONS = frozenset(
 )
 
 
+#: The longest ``Retry-After`` waited for (one hour). A server asking for more (a broken or
+#: hostile one can ask for years) makes the failure final, so that a fallback model gets the
+#: exec, instead of the run sleeping that long.
+MAX_RETRY_AFTER_S = 3600.0
+
+
 def is_retryable(failure: TurnFailure) -> bool:
     """Whether another attempt could succeed: not when the runtime said no, the reason is
-    permanent, or the message names a permanent failure."""
+    permanent, the message names a permanent failure, or the server asks to be retried only
+    after more than ``MAX_RETRY_AFTER_S``."""
     return (
         failure.retryable
         and failure.reason not in PERMANENT_REASONS
         and not is_permanent_text(failure.message)
+        and not (failure.retry_after_s is not None and failure.retry_after_s > MAX_RETRY_AFTER_S)
     )
 
 
@@ -359,13 +371,15 @@ def failure_from_status(
     message = f"{provider}: HTTP {status} {reason}"
     if detail:
         message += f": {detail}"
+    too_long = retry_after is not None and retry_after > MAX_RETRY_AFTER_S
     if retry_after is not None and retryable:
-        message += f" (retry after {retry_after:g}s)"
+        message += f" (retry after {retry_after:g}s"
+        message += ": longer than the hour a retry waits at most, so final)" if too_long else ")"
     return _final_if_permanent(
         TurnFailure(
             reason=reason,
             message=redact(message, secrets),
-            retryable=retryable,
+            retryable=retryable and not too_long,
             http_status=status,
             retry_after_s=retry_after if retryable else None,
         )
