@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import difflib
+import logging
 import os
 import re
 import shutil
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, TextIO
 from openprogram_yaml.errors import Diagnostic, ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.redaction import redact, redact_json
+from openprogram_yaml.regex_safety import nested_repetition
 from openprogram_yaml.runtime.content import ToolContent, media_block
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
 from openprogram_yaml.tools.http import header_secrets
@@ -63,6 +65,15 @@ __all__ = [
     "check_servers",
     "is_server_tool",
 ]
+
+#: The SDK's client logs what a server sent that it could not read, with a traceback and
+#: the end of the line (where a server may echo the secrets it was given), and other things
+#: a server controls (an unknown event name, a content type). With no logging configured,
+#: Python prints such records on stderr as they are: not shown. The failure itself reaches
+#: the run as the call's ``ToolError`` (or its timeout).
+_SDK_LOG = logging.getLogger("mcp.client")
+_SDK_LOG.addHandler(logging.NullHandler())
+_SDK_LOG.propagate = False
 
 #: Between the entry's name and the server's tool name: ``files__read_file``.
 SEPARATOR = "__"
@@ -359,6 +370,15 @@ class McpServer:
         while True:
             page = await client.list_tools(cursor=cursor)
             for remote in page.tools:
+                risky = _risky_pattern(remote.input_schema)
+                if risky is not None:
+                    # The arguments are checked here before the server gets them: Python's re
+                    # has no time limit, and the model writes the text.
+                    raise ToolError(
+                        f"its tool {remote.name!r} checks its arguments against {risky!r}, "
+                        "which nests unbounded repetitions (as (a+)+ does): checking text "
+                        "against it can take exponential time, holding the run"
+                    )
                 tool = McpTool(self, remote.name, remote.description or "", remote.input_schema)
                 if tool.name in tools:
                     raise ToolError(
@@ -521,6 +541,28 @@ class _Stderr:
         with self._lock:
             text = self._kept.decode("utf-8", "replace").strip()
         return text if len(text) <= STDERR_TAIL else "…" + text[-STDERR_TAIL:]
+
+
+def _risky_pattern(schema: Mapping[str, object]) -> str | None:
+    """A regular expression of ``schema`` (a ``pattern``, or a key of ``patternProperties``,
+    at any depth) that nests unbounded repetitions (``regex_safety``), or None."""
+    pending: list[object] = [schema]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, list):
+            pending.extend(node)
+            continue
+        if not isinstance(node, Mapping):
+            continue
+        pattern, patterned = node.get("pattern"), node.get("patternProperties")
+        patterns = [pattern] if isinstance(pattern, str) else []
+        if isinstance(patterned, Mapping):
+            patterns += [key for key in patterned if isinstance(key, str)]
+        for text in patterns:
+            if nested_repetition(text) is not None:
+                return text
+        pending.extend(node.values())
+    return None
 
 
 def _result_value(result: CallToolResult, name: str) -> object:
