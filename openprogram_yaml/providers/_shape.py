@@ -18,6 +18,7 @@ from ..errors import ErrorReason
 from ..runtimes.protocol import TurnFailure
 
 __all__ = [
+    "MAX_TOKENS",
     "BadReply",
     "MalformedReply",
     "ReplyTooLarge",
@@ -111,11 +112,24 @@ def integer(value: Any, path: str, default: int = 0) -> int:
     return value
 
 
+#: The largest token count read from a reply: no call reads or writes a billion tokens.
+MAX_TOKENS = 10**9
+
+
 def number_at(parent: Mapping[str, Any], key: str, where: str = "") -> int | None:
-    """A token count at ``parent[key]`` (an int, or a float some servers send), or None."""
+    """A token count at ``parent[key]`` (an int, or a float some servers send), or None.
+
+    A count below 0 or over ``MAX_TOKENS`` is malformed too: it is no count, and it would
+    be added up (10**300 tokens under a batch's ``--tpm`` made the next call wait for ever;
+    10**400 failed the turn with an ``OverflowError``; negative ones were shown as spent).
+    """
     value = parent.get(key)
-    if value is None or type(value) is int:
+    if value is None or (type(value) is int and 0 <= value <= MAX_TOKENS):
         return value
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise MalformedReply(_path(where, key), "a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise MalformedReply(_path(where, key), "a number")
+    if not 0 <= value <= MAX_TOKENS:
+        raise MalformedReply(_path(where, key), f"a count of tokens (0 to {MAX_TOKENS:,})")
     return int(value)
