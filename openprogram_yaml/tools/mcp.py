@@ -37,7 +37,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -54,7 +54,6 @@ from openprogram_yaml.tools.http import header_secrets
 if TYPE_CHECKING:
     from mcp import Client
     from mcp.client import Transport
-    from mcp.client._transport import TransportStreams
     from mcp.types import CallToolResult, ContentBlock
 
 __all__ = [
@@ -298,7 +297,9 @@ class McpServer:
 
     def _transport(self, stderr: _Stderr | None) -> Transport:
         if self.url is not None:
-            return _http_transport(self.url, self.headers)
+            from openprogram_yaml.tools.mcp_http import http_transport
+
+            return http_transport(self.url, self.headers)
         from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
 
@@ -444,21 +445,6 @@ class McpServer:
         connection, self._connection = self._connection, None
         if connection is not None:
             await _retire(connection)
-
-
-@contextlib.asynccontextmanager
-async def _http_transport(url: str, headers: Mapping[str, str]) -> AsyncIterator[TransportStreams]:
-    """The streamable HTTP transport, over an HTTP client sending ``headers``."""
-    import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
-    # The SDK's own defaults: 30 s to connect, 300 s to read (a stream may idle).
-    timeout = httpx2.Timeout(30.0, read=300.0)
-    async with (
-        httpx2.AsyncClient(headers=dict(headers), timeout=timeout) as http,
-        streamable_http_client(url, http_client=http) as streams,
-    ):
-        yield streams
 
 
 async def _retire(connection: _Connection) -> None:

@@ -1,24 +1,29 @@
 """What an MCP server an agent declares may send that once held the run or leaked a secret.
 
-The server is a small program speaking the protocol's lines over stdio without the SDK, so
-it can send what the SDK's own server never would; each test gives it its tool list and the
-lines it answers a call with.
+The servers speak the protocol without the SDK, so they can send what the SDK's own server
+never would: over stdio, a small program given its tool list and the lines it answers a call
+with; over HTTP, an aiohttp server on 127.0.0.1 given the reply to a call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.tools.mcp import McpServer
+from openprogram_yaml.tools.mcp_http import MAX_HTTP_REPLY_BYTES
 
 _SERVER = textwrap.dedent(
     """
@@ -144,3 +149,90 @@ def test_a_line_the_sdk_cannot_read_shows_neither_its_secret_nor_a_traceback(
     )
     assert (run.returncode, run.stdout) == (0, "ok\n"), run.stderr
     assert token not in run.stderr and "Traceback" not in run.stderr
+
+
+# --- over streamable HTTP ---------------------------------------------------------------------
+
+
+class HttpMcpServer:
+    """An MCP server over HTTP on 127.0.0.1 (aiohttp, in a thread of its own) whose answer to
+    a call is ``answer(id)``: the body and headers of a JSON reply."""
+
+    def __init__(self, answer: Callable[[object], tuple[bytes, dict[str, str]]]) -> None:
+        self.answer = answer
+        self.url = ""
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=asyncio.run, args=(self._serve(),), daemon=True)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        message = await request.json()
+        method, ident = message.get("method"), message.get("id")
+        if ident is None:
+            return web.Response(status=202)
+        if method == "initialize":
+            version = message["params"]["protocolVersion"]
+            info = {"name": "raw", "version": "1"}
+            result = {"protocolVersion": version, "capabilities": {"tools": {}}, "serverInfo": info}
+        elif method == "tools/list":
+            result = {"tools": [_tool({"type": "object"})]}
+        elif method == "tools/call":
+            body, headers = self.answer(ident)
+            return web.Response(body=body, headers={"content-type": "application/json", **headers})
+        else:
+            error = {"code": -32601, "message": "Method not found"}
+            return web.json_response({"jsonrpc": "2.0", "id": ident, "error": error})
+        return web.json_response({"jsonrpc": "2.0", "id": ident, "result": result})
+
+    async def _serve(self) -> None:
+        app = web.Application(client_max_size=1 << 20)
+        app.router.add_post("/mcp", self._handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{runner.addresses[0][1]}/mcp"
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()
+
+    def __enter__(self) -> HttpMcpServer:
+        self._thread.start()
+        assert self._ready.wait(30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._loop is not None and self._stop is not None
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(30)
+
+
+def _text_reply(ident: object, text: str) -> bytes:
+    result = {"content": [{"type": "text", "text": text}]}
+    return json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode()
+
+
+def test_a_reply_past_the_cap_fails_the_call_instead_of_filling_memory() -> None:
+    # 200 MB of text once took 1.2 GB to read whole; it never ended the call by itself.
+    text = "x" * MAX_HTTP_REPLY_BYTES
+    with HttpMcpServer(lambda ident: (_text_reply(ident, text), {})) as http:
+        server = McpServer("raw", url=http.url, timeout_s=60)
+        with pytest.raises(ToolError, match="larger than 67,108,864 bytes"):
+            _call(server)
+
+
+def test_a_compressed_reply_fails_the_call_and_is_never_inflated() -> None:
+    # A few kB of gzip can inflate to gigabytes; the client asks for none (identity).
+    packed = gzip.compress(b"x" * 1000)
+    with HttpMcpServer(lambda ident: (packed, {"content-encoding": "gzip"})) as http:
+        server = McpServer("raw", url=http.url, timeout_s=60)
+        with pytest.raises(ToolError, match="compressed with 'gzip'"):
+            _call(server)
+
+
+def test_a_reply_within_the_cap_is_read() -> None:
+    text = "x" * (MAX_HTTP_REPLY_BYTES // 2)
+    with HttpMcpServer(lambda ident: (_text_reply(ident, text), {})) as http:
+        assert _call(McpServer("raw", url=http.url, timeout_s=60)) == text
