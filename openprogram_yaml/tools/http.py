@@ -15,7 +15,8 @@ What the model gets back: the parsed body when the response is JSON, else its te
 over ``max_bytes`` is not read further; the model sees the first part and a marker.
 Non-2xx statuses (redirects included: they are not followed, so credentials never travel to
 another host) are a ``ToolError`` with the status and a short excerpt of the body. Header
-values are treated as secrets: they are blanked out of every result and error.
+values are treated as secrets, and so are the values of secret-looking environment variables
+the URL, query or body hold: they are blanked out of every result and error.
 
 Requests go through the package's one production HTTP client (``providers.http_client``,
 aiohttp-backed), imported when a request is first made. The client is pooled per event loop
@@ -44,7 +45,7 @@ from openprogram_yaml.providers.http_client import (
     Timeouts,
     make_client,
 )
-from openprogram_yaml.redaction import StreamRedactor, redact, redact_json
+from openprogram_yaml.redaction import StreamRedactor, env_secrets, redact, redact_json
 from openprogram_yaml.safe_urls import UnsafeURL, build_url, check_template, parse_hosts
 from openprogram_yaml.tools.base import ConfiguredTool, TextTemplate, ToolBuildError, cap_text
 
@@ -107,6 +108,18 @@ def _render_body(body: BodyTemplate, variables: Mapping[str, object]) -> object:
     if whole is not None and whole.group(1) in variables:
         return variables[whole.group(1)]
     return template.render(variables)
+
+
+def _body_sources(body: BodyTemplate) -> list[str]:
+    """The template texts of a body (its string leaves)."""
+    if isinstance(body, Mapping):
+        return [text for value in body.values() for text in _body_sources(value)]
+    if isinstance(body, (list, tuple)):
+        return [text for item in body for text in _body_sources(item)]
+    if body is None or isinstance(body, (bool, int, float)):
+        return []
+    template: TextTemplate = body  # type: ignore[assignment]  # the only other member
+    return [template.source]
 
 
 def header_secrets(headers: Mapping[str, str]) -> list[str]:
@@ -216,6 +229,16 @@ class HttpTool(ConfiguredTool):
             return _Rendered(url, params, json=body, has_json=True)
         return _Rendered(url, params)
 
+    def _secrets(self, headers: Mapping[str, str]) -> list[str]:
+        """What results and errors are cleaned of, longest first: the header values, and
+        the values of secret-looking environment variables (``env_secrets``) that the URL,
+        query or body hold (a key in the query, a bot token in the path, one in the body)."""
+        written = [self.url.source, *(t.source for t in self.query.values())]
+        written += _body_sources(self.body)
+        found = {s for s in env_secrets() if any(s in text for text in written)}
+        found.update(header_secrets(headers))
+        return sorted(found, key=len, reverse=True)
+
     def _rendered_headers(self, variables: Mapping[str, object]) -> dict[str, str]:
         out: dict[str, str] = {}
         for key, template in self.headers.items():
@@ -233,9 +256,10 @@ class HttpTool(ConfiguredTool):
     async def _run(self, arguments: JSONObject) -> JSONValue:
         variables = self.template_variables(arguments)
         headers = self._rendered_headers(variables)
-        secrets = header_secrets(headers)
+        secrets = self._secrets(headers)
         request = self._render(variables, secrets)
-        where = f"{self.method} {_public_url(request.url)}"
+        # The path may hold a credential too (a bot token): blanked like the rest.
+        where = redact(f"{self.method} {_public_url(request.url)}", secrets)
         try:
             async with asyncio.timeout(self.timeout_s):
                 status, content_type, data, truncated = await self._send(request, headers)
