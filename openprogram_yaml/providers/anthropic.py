@@ -479,6 +479,10 @@ class _EventAssembler(StreamAssembler):
         self.provider = provider
         self.on_delta = on_delta
         self.blocks: dict[int, dict[str, Any]] = {}
+        #: The pieces of a block's "text", "thinking" or "signature", joined once at the end:
+        #: added to the block's string at each delta, a stream of many small deltas took
+        #: time growing with its square (8 MB of them: 6 s).
+        self.pieces: dict[tuple[int, str], list[str]] = {}
         self.json_parts: dict[int, list[str]] = {}
         self.tool_index: dict[int, int] = {}  # block index -> tool-call ordinal
         self.usage = Usage()
@@ -513,7 +517,9 @@ class _EventAssembler(StreamAssembler):
             self.failure = failure_from_body_error(data.get("error"), provider=self.provider)
 
     def _start(self, index: int, block: dict[str, Any]) -> None:
-        self.blocks[index] = block
+        self.blocks[index] = block  # a block started again starts empty
+        for key in ("text", "thinking", "signature"):
+            self.pieces.pop((index, key), None)
         kind = block.get("type")
         if kind == "tool_use":
             ordinal = self.tool_index[index] = len(self.tool_index)
@@ -536,7 +542,7 @@ class _EventAssembler(StreamAssembler):
         where = "content_block_delta.delta"
         if kind == "text_delta":
             text = shape.str_at(delta, "text", where)
-            block["text"] = block.get("text", "") + text
+            self.pieces.setdefault((index, "text"), []).append(text)
             self.on_delta(RuntimeDelta("text", text))
         elif kind == "input_json_delta":
             fragment = shape.str_at(delta, "partial_json", where)
@@ -550,17 +556,21 @@ class _EventAssembler(StreamAssembler):
                 self.on_delta(RuntimeDelta("tool_call", fragment, meta))
         elif kind == "thinking_delta":
             text = shape.str_at(delta, "thinking", where)
-            block["thinking"] = block.get("thinking", "") + text
+            self.pieces.setdefault((index, "thinking"), []).append(text)
             self.on_delta(RuntimeDelta("thinking", text))
         elif kind == "signature_delta":
             signature = shape.str_at(delta, "signature", where)
-            block["signature"] = block.get("signature", "") + signature
+            self.pieces.setdefault((index, "signature"), []).append(signature)
 
     def result(self) -> RuntimeResult:
         text: list[str] = []
         thinking: list[str] = []
         thinking_blocks: list[JSONValue] = []
         calls: list[ToolCall] = []
+        for (index, key), pieces in self.pieces.items():
+            block = self.blocks[index]
+            block[key] = block.get(key, "") + "".join(pieces)
+        self.pieces.clear()
         for index in sorted(self.blocks):
             block = self.blocks[index]
             kind = block.get("type")

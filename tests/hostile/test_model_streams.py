@@ -1,7 +1,8 @@
-"""What a model server's event stream may hold that once broke a streamed turn.
+"""What a model server's event stream may hold that once broke or slowed a streamed turn.
 
 Every server is a ``LoopbackServer`` on 127.0.0.1; the line splitter is also driven with
-pieces cut at every place, against the standard's rule applied to the whole stream.
+pieces cut at every place, against the standard's rule applied to the whole stream, and
+the Messages assembler with generated events, against the plain rule of what a block holds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 from loopback import LoopbackServer, anthropic_sse, sse_reply
 
+from openprogram_yaml.providers._http import SSEEvent
 from openprogram_yaml.providers.anthropic import AnthropicRuntime
 from openprogram_yaml.providers.http_client import iter_lines
 from openprogram_yaml.providers.openai import OpenAIRuntime
@@ -129,3 +131,65 @@ def test_a_long_line_in_small_pieces_costs_its_length_not_its_length_times_its_p
     lines = _lines(data, list(range(4096, len(data), 4096)))
     assert time.perf_counter() - started < 3.0
     assert [len(line) for line in lines] == [8 << 20]
+
+
+# --- a Messages stream of many small deltas ---------------------------------------------------
+
+
+def _event(data: dict[str, Any]) -> SSEEvent:
+    return SSEEvent(str(data["type"]), json.dumps(data))
+
+
+def _assembled(events: list[dict[str, Any]]) -> RuntimeResult:
+    assembler = AnthropicRuntime(provider="m", api_key="k").stream_assembler(lambda d: None)
+    for data in events:
+        assembler.feed(_event(data))
+    return assembler.result()
+
+
+def _delta(index: int, kind: str, text: str) -> dict[str, Any]:
+    key = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature"}
+    return {"type": "content_block_delta", "index": index, "delta": {"type": kind, key[kind]: text}}
+
+
+def test_many_small_text_deltas_cost_their_length_not_its_square() -> None:
+    # 40,000 deltas of 90 characters (8 MB of stream): each once added to the text so far.
+    events = [
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+        *[_delta(0, "text_delta", "x" * 90)] * 40_000,
+    ]
+    started = time.perf_counter()
+    result = _assembled(events)
+    assert time.perf_counter() - started < 2.0  # once some 5 s
+    assert result.content == "x" * 3_600_000
+
+
+def test_blocks_hold_what_their_deltas_said_in_order() -> None:
+    # Against the plain rule: a block's text, thinking and signature are its deltas joined,
+    # a block started again starts empty, a delta with no start opens a text block.
+    rng = random.Random(11)
+    for _ in range(300):
+        events: list[dict[str, Any]] = []
+        expected: dict[int, dict[str, Any]] = {}
+        for _ in range(rng.randrange(12)):
+            index = rng.randrange(3)
+            if rng.random() < 0.2:
+                kind = rng.choice(["text", "thinking"])
+                block = {"type": kind, kind: rng.choice(["", "pre"])}
+                events.append(
+                    {"type": "content_block_start", "index": index, "content_block": block}
+                )
+                expected[index] = dict(block)
+                continue
+            kind = rng.choice(["text_delta", "thinking_delta", "signature_delta"])
+            text = rng.choice(["a", "bc", "", "\u2028"])
+            events.append(_delta(index, kind, text))
+            key = kind.removesuffix("_delta")
+            block = expected.setdefault(index, {"type": "text", "text": ""})
+            block[key] = block.get(key, "") + text
+        result = _assembled(events)
+        blocks = [expected[i] for i in sorted(expected)]
+        assert result.content == "".join(b.get("text", "") for b in blocks if b["type"] == "text")
+        thinking = [b for b in blocks if b["type"] == "thinking"]
+        assert result.thinking == "".join(b.get("thinking", "") for b in thinking)
+        assert result.metadata["thinking_blocks"] == (thinking or None)
