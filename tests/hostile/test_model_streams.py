@@ -193,3 +193,32 @@ def test_blocks_hold_what_their_deltas_said_in_order() -> None:
         thinking = [b for b in blocks if b["type"] == "thinking"]
         assert result.thinking == "".join(b.get("thinking", "") for b in thinking)
         assert result.metadata["thinking_blocks"] == (thinking or None)
+
+
+# --- a Chat Completions tool call whose name comes in pieces ------------------------------------
+
+
+def _name_piece(name: str) -> SSEEvent:
+    call = {"index": 0, "function": {"name": name}}
+    chunk = {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}
+    return SSEEvent("message", json.dumps(chunk))
+
+
+def _streamed_names(pieces: list[str]) -> list[str]:
+    assembler = OpenAIRuntime(provider="m", api_key="k").stream_assembler(lambda d: None)
+    for piece in pieces:
+        assembler.feed(_name_piece(piece))
+    return [call.name for call in assembler.result().tool_calls]
+
+
+def test_a_name_in_pieces_is_joined() -> None:
+    assert _streamed_names(["look", "up_", "order"]) == ["lookup_order"]
+
+
+def test_a_name_in_thousands_of_pieces_is_kept_up_to_4096_characters_in_linear_time() -> None:
+    # 40,000 pieces of 90 characters (7 MB of stream): each once added to the name so far,
+    # which every delta reports (16 s). No tool has such a name: the model is told so.
+    started = time.perf_counter()
+    names = _streamed_names(["x" * 90] * 40_000)
+    assert time.perf_counter() - started < 2.0
+    assert names == ["x" * 4096]
