@@ -279,6 +279,22 @@ class StreamAssembler:
     provider: str = ""
     done: bool = False
     failure: TurnFailure | None = None
+    on_delta: DeltaCallback
+
+    def whole(self, result: RuntimeResult) -> RuntimeResult:
+        """``result``, a whole reply sent where a stream was asked for, after telling
+        ``on_delta`` what a stream of it would have: its thinking, text and tool calls."""
+        if result.thinking:
+            self.on_delta(RuntimeDelta("thinking", result.thinking))
+        if result.content:
+            self.on_delta(RuntimeDelta("text", result.content))
+        for index, call in enumerate(result.tool_calls):
+            self.on_delta(
+                RuntimeDelta(
+                    "tool_call", call.arguments, {"index": index, "id": call.id, "name": call.name}
+                )
+            )
+        return result
 
     def decode(self, event: SSEEvent) -> dict[str, Any] | None:
         """The event's JSON object; otherwise records the failure and gives None.
@@ -585,6 +601,10 @@ class HTTPRuntime:
             return self._exception_failure(exc, timeout)
         if response.status >= 400:
             return self._status_failure(response, raw)
+        return self._decoded(raw, response.status)
+
+    def _decoded(self, raw: bytes, status: int) -> dict[str, Any] | TurnFailure:
+        """A whole reply's JSON object, or the malformed reply it is."""
         try:
             data = parse_json(raw)
         except ValueError:
@@ -595,9 +615,9 @@ class HTTPRuntime:
             problem = "the reply is not a JSON object"
         return TurnFailure(
             ErrorReason.SERVER_ERROR.value,
-            f"{self.provider}: malformed reply: {problem} (HTTP {response.status})",
+            f"{self.provider}: malformed reply: {problem} (HTTP {status})",
             False,
-            http_status=response.status,
+            http_status=status,
         )
 
     async def _post_stream(
@@ -623,6 +643,21 @@ class HTTPRuntime:
                 if response.status >= 400:
                     raw = await read_capped(response, cap)
                     return self._status_failure(response, raw)
+                mime = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+                if mime == "application/json" or mime.endswith("+json"):
+                    # No stream but a whole reply (a server that does not stream, or an error
+                    # sent with a 200): read as one, not as a stream that never began.
+                    data = self._decoded(await read_capped(response, cap), response.status)
+                    outcome = data if isinstance(data, TurnFailure) else self.parse_reply(data)
+                    return outcome if isinstance(outcome, TurnFailure) else assembler.whole(outcome)
+                if mime == "text/html":  # a proxy's or captive portal's page: the same again
+                    return TurnFailure(
+                        ErrorReason.SERVER_ERROR.value,
+                        f"{self.provider}: malformed reply: a stream was asked for and the "
+                        f"server sent an HTML page (HTTP {response.status})",
+                        False,
+                        http_status=response.status,
+                    )
                 failure = await _feed(response, assembler, cap)
                 if failure is not None:
                     return failure

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from loopback import LoopbackServer, anthropic_sse, sse_reply
+from loopback import LoopbackServer, Reply, anthropic_sse, json_reply, sse_reply
 
 from openprogram_yaml.providers._http import SSEEvent
 from openprogram_yaml.providers.anthropic import AnthropicRuntime
@@ -222,3 +222,60 @@ def test_a_name_in_thousands_of_pieces_is_kept_up_to_4096_characters_in_linear_t
     names = _streamed_names(["x" * 90] * 40_000)
     assert time.perf_counter() - started < 2.0
     assert names == ["x" * 4096]
+
+
+# --- no event stream where one was asked for ----------------------------------------------------
+
+
+def _streamed(
+    runtime: OpenAIRuntime | AnthropicRuntime,
+) -> tuple[RuntimeResult, list[RuntimeDelta]]:
+    deltas: list[RuntimeDelta] = []
+    return asyncio.run(_turn(runtime, deltas)), deltas
+
+
+def test_a_whole_reply_to_a_streamed_request_is_read_and_streamed_as_one_piece(
+    server: LoopbackServer,
+) -> None:
+    # A server that does not stream sends its reply whole: it once failed as "the stream
+    # ended before the turn was complete", retried six times to the same end.
+    completion = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "whole"}}]}
+    message = {"type": "message", "content": [{"type": "text", "text": "whole"}]}
+    server.add(json_reply(completion), json_reply(message))
+    for runtime in (
+        OpenAIRuntime(base_url=server.url + "/v1", provider="m", api_key="k"),
+        AnthropicRuntime(base_url=server.url, provider="m", api_key="k"),
+    ):
+        result, deltas = _streamed(runtime)
+        assert (result.error, result.content) == (None, "whole")
+        assert [(d.type, d.content) for d in deltas] == [("text", "whole")]
+
+
+def test_an_error_sent_with_200_to_a_streamed_request_is_that_error(
+    server: LoopbackServer,
+) -> None:
+    server.add(
+        json_reply({"error": {"message": "no such model", "type": "invalid_request_error"}}),
+        json_reply({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}),
+    )
+    openai, deltas = _streamed(
+        OpenAIRuntime(base_url=server.url + "/v1", provider="m", api_key="k")
+    )
+    assert openai.failure is not None
+    assert (openai.failure.reason, openai.failure.retryable) == ("invalid_request", False)
+    assert "no such model" in openai.failure.message
+    anthropic, _ = _streamed(AnthropicRuntime(base_url=server.url, provider="m", api_key="k"))
+    assert anthropic.failure is not None
+    assert (anthropic.failure.reason, anthropic.failure.retryable) == ("server_error", True)
+    assert "busy" in anthropic.failure.message and deltas == []
+
+
+def test_an_html_page_for_a_stream_is_final_and_names_it(server: LoopbackServer) -> None:
+    # A captive portal or a proxy's login page: the next attempt gets the same page.
+    page = b"<html><body>Sign in to the network</body></html>"
+    server.add(Reply(200, page, {"content-type": "text/html; charset=utf-8"}))
+    runtime = OpenAIRuntime(base_url=server.url + "/v1", provider="m", api_key="k")
+    result, _ = _streamed(runtime)
+    assert result.failure is not None
+    assert (result.failure.reason, result.failure.retryable) == ("server_error", False)
+    assert "a stream was asked for and the server sent an HTML page" in result.failure.message
