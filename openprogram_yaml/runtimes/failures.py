@@ -386,6 +386,9 @@ def failure_from_status(
     )
 
 
+#: The longest error kind (a body error's ``code`` or ``type``) kept in a message.
+MAX_KIND_TEXT = 100
+
 #: Error ``type`` values providers send inside a body or an SSE ``error`` event.
 _BODY_ERROR_TYPES: dict[str, tuple[ErrorReason, bool]] = {
     "overloaded_error": (ErrorReason.SERVER_ERROR, True),
@@ -410,9 +413,12 @@ def failure_from_body_error(
     """Classify an ``{"error": …}`` object sent with a 200 or inside a stream."""
     secrets = tuple(secrets)
     if isinstance(error, dict):
-        kind = str(error.get("code") or error.get("type") or "")
+        code = error.get("code")
+        code = None if isinstance(code, bool) else code  # a flag, not a code
+        kind = str(code or error.get("type") or "")
         detail = str(error.get("message") or kind or "error")
-        status = error.get("code") if isinstance(error.get("code"), int) else None
+        # A number is a status only where one could be: not a JSON-RPC code (-32603).
+        status = code if isinstance(code, int) and 100 <= code <= 599 else None
     else:
         kind, detail, status = "", str(error), None
     if status is not None:
@@ -421,7 +427,8 @@ def failure_from_body_error(
     reason, retryable = _BODY_ERROR_TYPES.get(kind, (ErrorReason.SERVER_ERROR, True))
     if reason is not ErrorReason.AUTH and is_quota_text(f"{kind} {detail}"):
         reason, retryable = ErrorReason.QUOTA, False
-    message = f"{provider}: {kind or 'error'}: {_cut(detail, secrets)}"
+    shown = _cut(kind, secrets)[:MAX_KIND_TEXT] or "error"
+    message = f"{provider}: {shown}: {_cut(detail, secrets)}"
     return _final_if_permanent(TurnFailure(reason.value, redact(message, secrets), retryable))
 
 

@@ -279,3 +279,27 @@ def test_an_html_page_for_a_stream_is_final_and_names_it(server: LoopbackServer)
     assert result.failure is not None
     assert (result.failure.reason, result.failure.retryable) == ("server_error", False)
     assert "a stream was asked for and the server sent an HTML page" in result.failure.message
+
+
+# --- an error in the stream whose code is no status ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "retryable", "shown"),
+    [
+        (-32603, "server_error", True, "m: -32603: broke"),  # a JSON-RPC code: was "HTTP -32603"
+        (True, "server_error", True, "m: overloaded_error: broke"),  # a flag: was "HTTP True"
+        (10**400, "server_error", True, "m: " + "1" + "0" * 99 + ": broke"),
+        (429, "rate_limit", True, "m: HTTP 429 rate_limit: broke"),
+    ],
+    ids=["json-rpc", "flag", "huge", "status"],
+)
+def test_an_error_code_is_a_status_only_where_one_could_be(
+    server: LoopbackServer, code: int, reason: str, retryable: bool, shown: str
+) -> None:
+    error = {"code": code, "type": "overloaded_error", "message": "broke"}
+    server.add(sse_reply([f"data: {json.dumps({'error': error})}\n\n"]))
+    result, _ = _streamed(OpenAIRuntime(base_url=server.url + "/v1", provider="m", api_key="k"))
+    assert result.failure is not None
+    assert (result.failure.reason, result.failure.retryable) == (reason, retryable)
+    assert result.failure.message == shown
