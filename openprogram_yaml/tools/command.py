@@ -28,6 +28,7 @@ from pathlib import Path
 
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
+from openprogram_yaml.redaction import StreamRedactor, env_secrets, redact
 from openprogram_yaml.tools.base import (
     ConfiguredTool,
     TextTemplate,
@@ -68,13 +69,23 @@ class _Capture:
                 else:
                     del self.data[self.limit :]
 
-    def text(self) -> str:
+    def text(self, secrets: Collection[str]) -> str:
+        """What was kept, with ``secrets`` blanked out (a secret the cut went through too)."""
         text = self.data.decode("utf-8", "replace")
         if not self.dropped:
-            return text
+            return redact(text, secrets)
         if self.keep_tail:
-            return f"[{self.dropped} earlier bytes not shown]\n{text}"
+            return f"[{self.dropped} earlier bytes not shown]\n{_redacted_end(text, secrets)}"
+        text = StreamRedactor(secrets).feed(text)
         return f"{text}\n[truncated: {self.dropped} more bytes of output not shown]"
+
+
+def _redacted_end(text: str, secrets: Collection[str]) -> str:
+    """``text``, the end of a longer output, redacted. Its start may be the end of a secret
+    the cut went through: read backwards, that is a stream's end, which ``StreamRedactor``
+    holds back (and so leaves out here)."""
+    backwards = StreamRedactor(secret[::-1] for secret in secrets).feed(text[::-1])
+    return backwards[::-1]
 
 
 def _numeric_parameters(parameters: Mapping[str, JSONValue]) -> frozenset[str]:
@@ -232,10 +243,13 @@ class CommandTool(ConfiguredTool):
             await _kill(process)  # cancelled: the process must not outlive its call
             raise
         code = process.returncode
+        # The program has the runner's environment, keys included: what it prints of one
+        # (an `env`, a traceback showing its settings) never reaches the model.
+        secrets = env_secrets()
         if code == 0:
-            return stdout.text() or "(no output)"
+            return stdout.text(secrets) or "(no output)"
         if code in self.ok_exit_codes:
-            return stdout.text() or f"(no output, exit code {code})"
+            return stdout.text(secrets) or f"(no output, exit code {code})"
         if code is not None and code < 0:
             try:
                 status = f"was killed by {signal.Signals(-code).name}"
@@ -243,7 +257,7 @@ class CommandTool(ConfiguredTool):
                 status = f"was killed by signal {-code}"
         else:
             status = f"exited with code {code}"
-        detail = stderr.text().strip() or stdout.text().strip()
+        detail = stderr.text(secrets).strip() or stdout.text(secrets).strip()
         if len(detail) > ERROR_EXCERPT_CHARS:
             detail = "…" + detail[-ERROR_EXCERPT_CHARS:]  # the end says what went wrong
         raise ToolError(f"{argv[0]!r} {status}" + (f":\n{detail}" if detail else ""))

@@ -1,13 +1,15 @@
-"""What a server an ``http`` tool calls may answer that once broke or froze the call.
+"""What the peers of ``http`` and ``command`` tools may send back that once broke or froze
+the call, or showed the model a key.
 
-Servers are ``LoopbackServer``s on 127.0.0.1; the tool is declared in YAML as a user writes
-it and called the way the tool loop calls it.
+Servers are ``LoopbackServer``s on 127.0.0.1, programs are Python run with ``-c``; each tool
+is declared in YAML as a user writes it and called the way the tool loop calls it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -118,3 +120,54 @@ def test_a_credential_in_the_url_query_or_body_never_reaches_the_model(
         for secret in ("123456:AAbot-token-value", "shop-key-0f9e8d7c", "signing-secret-5a4b"):
             assert secret not in shown
     assert "/bot***/send" in error
+
+
+# --- command tools: the program has the runner's environment, keys included -------------------
+
+
+def _command_result(tmp_path: Path, code: str, *, max_output: int = 65536) -> str:
+    """What a command tool running ``python -c code`` gives the model (its error, if any)."""
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        "version: 1\nname: a\nmodel: test\ntools:\n  run:\n    description: x\n"
+        f"    command: [{json.dumps(sys.executable)}, -c, {json.dumps(code)}]\n"
+        f"    max_output_bytes: {max_output}\n"
+        "methods:\n  m: {prompt: go}\n",
+        encoding="utf-8",
+    )
+    tool = next(t for t in compile_path(path).agent().tools if t.name == "run")
+
+    async def go() -> str:
+        try:
+            return str(await tool.execute())
+        except ToolError as exc:
+            return str(exc)
+
+    return asyncio.run(go())
+
+
+KEY = "sk-runner-key-5e6f7a8b9c"
+
+
+@pytest.mark.parametrize(
+    ("code", "max_output"),
+    [
+        ("import os; print(os.environ['OPENAI_API_KEY'])", 65536),  # an `env`
+        ("import os, sys; sys.exit('bad key ' + os.environ['OPENAI_API_KEY'])", 65536),
+        # the cut of stdout (its start kept) and of stderr (its end kept) through the key
+        ("import os; print('x' * 90 + os.environ['OPENAI_API_KEY'] + 'y' * 90)", 100),
+        ("import os, sys; sys.exit('x' * 90 + os.environ['OPENAI_API_KEY'] + 'y' * 90)", 100),
+    ],
+)
+def test_a_key_the_program_prints_never_reaches_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: str, max_output: int
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    shown = _command_result(tmp_path, code, max_output=max_output)
+    assert "***" in shown or "xxxxx" in shown or "yyyyy" in shown  # the rest is shown
+    for size in range(6, len(KEY) + 1):  # nor the part of it a cut left
+        assert KEY[:size] not in shown and KEY[-size:] not in shown, shown
+
+
+def test_what_a_program_prints_besides_is_shown_as_before(tmp_path: Path) -> None:
+    assert _command_result(tmp_path, "print('hello')") == "hello\n"
