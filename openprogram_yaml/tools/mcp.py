@@ -48,7 +48,7 @@ from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.redaction import redact, redact_json
 from openprogram_yaml.regex_safety import nested_repetition
 from openprogram_yaml.runtime.content import ToolContent, media_block
-from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError
+from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError, cap_text
 from openprogram_yaml.tools.http import header_secrets
 
 if TYPE_CHECKING:
@@ -79,6 +79,8 @@ SEPARATOR = "__"
 DEFAULT_TIMEOUT_S = 30.0
 #: Longest tool name the OpenAI API accepts.
 MAX_NAME = 64
+#: Characters of an error (an ``isError`` result's text, the server's refusal) the model sees.
+ERROR_TEXT_CHARS = 2000
 #: Characters of the server's stderr (its end) shown when it fails to start.
 STDERR_TAIL = 1500
 #: How long a failed start waits for the rest of the stopped server's stderr.
@@ -159,7 +161,10 @@ class McpTool(ConfiguredTool):
                 await self.server.call(self.remote_name, self.name, arguments), self.name
             )
         except ToolError as exc:  # an error result, or the server's (transport errors too)
-            raise ToolError(redact(str(exc), self.server.secrets)) from None
+            # Redacted before the cut, which could split a secret; cut as a result is not:
+            # an error result of megabytes went to the model whole.
+            text = redact(str(exc), self.server.secrets)
+            raise ToolError(cap_text(text, ERROR_TEXT_CHARS)) from None
         # What a server echoes of its own credentials (env values, header tokens) never
         # reaches the model, as for http tools.
         if isinstance(value, ToolContent):

@@ -236,3 +236,14 @@ def test_a_reply_within_the_cap_is_read() -> None:
     text = "x" * (MAX_HTTP_REPLY_BYTES // 2)
     with HttpMcpServer(lambda ident: (_text_reply(ident, text), {})) as http:
         assert _call(McpServer("raw", url=http.url, timeout_s=60)) == text
+
+
+def test_an_error_result_of_megabytes_reaches_the_model_cut(tmp_path: Path) -> None:
+    # A result is cut by the tool loop; an error went to the model whole (2 MB of it).
+    result = {"isError": True, "content": [{"type": "text", "text": "E" * 2_000_000}]}
+    answer = '{"jsonrpc": "2.0", "id": ID, "result": ' + json.dumps(result) + "}"
+    with pytest.raises(ToolError) as info:
+        _call(_server(tmp_path, [_tool({"type": "object"})], [answer]))
+    message = str(info.value)
+    assert message.startswith("E" * 2000) and len(message) < 2100
+    assert "[truncated: 1998000 more characters not shown]" in message
