@@ -19,26 +19,32 @@ from openprogram_yaml.compile.project import compile_path
 from openprogram_yaml.errors import ToolError
 
 
+def call_tool(folder: Path, tool: str) -> object:
+    """What the tool ``tool`` (YAML, under ``tools:``, named ``t``) returns when called with
+    no arguments, or the text of its ``ToolError``."""
+    path = folder / "agent.yaml"
+    path.write_text(
+        f"version: 1\nname: a\nmodel: test\ntools:\n  t: {tool}\nmethods:\n  m: {{prompt: go}}\n",
+        encoding="utf-8",
+    )
+    built = next(t for t in compile_path(path).agent().tools if t.name == "t")
+
+    async def go() -> object:
+        try:
+            return await built.execute()
+        except ToolError as exc:
+            return str(exc)
+        finally:
+            await built.aclose()
+
+    return asyncio.run(go())
+
+
 def fetch(tmp_path: Path, reply: Reply) -> object:
     """What an ``http`` tool calling a server that answers ``reply`` returns."""
     with LoopbackServer() as server:
         server.add(reply)
-        path = tmp_path / "agent.yaml"
-        path.write_text(
-            "version: 1\nname: a\nmodel: test\n"
-            f"tools:\n  fetch: {{description: x, http: {{url: '{server.url}/x'}}}}\n"
-            "methods:\n  m: {prompt: go}\n",
-            encoding="utf-8",
-        )
-        tool = next(t for t in compile_path(path).agent().tools if t.name == "fetch")
-
-        async def go() -> object:
-            try:
-                return await tool.execute()
-            finally:
-                await tool.aclose()
-
-        return asyncio.run(go())
+        return call_tool(tmp_path, f"{{description: x, http: {{url: '{server.url}/x'}}}}")
 
 
 @pytest.mark.parametrize(
@@ -127,23 +133,9 @@ def test_a_credential_in_the_url_query_or_body_never_reaches_the_model(
 
 def _command_result(tmp_path: Path, code: str, *, max_output: int = 65536) -> str:
     """What a command tool running ``python -c code`` gives the model (its error, if any)."""
-    path = tmp_path / "agent.yaml"
-    path.write_text(
-        "version: 1\nname: a\nmodel: test\ntools:\n  run:\n    description: x\n"
-        f"    command: [{json.dumps(sys.executable)}, -c, {json.dumps(code)}]\n"
-        f"    max_output_bytes: {max_output}\n"
-        "methods:\n  m: {prompt: go}\n",
-        encoding="utf-8",
-    )
-    tool = next(t for t in compile_path(path).agent().tools if t.name == "run")
-
-    async def go() -> str:
-        try:
-            return str(await tool.execute())
-        except ToolError as exc:
-            return str(exc)
-
-    return asyncio.run(go())
+    command = json.dumps([sys.executable, "-c", code])
+    tool = f"{{description: x, command: {command}, max_output_bytes: {max_output}}}"
+    return str(call_tool(tmp_path, tool))
 
 
 KEY = "sk-runner-key-5e6f7a8b9c"
