@@ -1,24 +1,35 @@
 """The Jinja2 side of prompt templates, as rendering needs it: the sandbox and the loader.
 
 With ``_jinja_analysis`` (what the compiler learns from a template's syntax tree), the only
-modules that import ``jinja2``. Both are imported on first use, so importing the package
-stays fast, and rendering a program loaded from the compile cache never imports the
-analysis.
+modules that import ``jinja2`` (``_template_sizes`` says how long a text an operation would
+build, so that the sandbox refuses it before it is built). Both are imported on first use,
+so importing the package stays fast, and rendering a program loaded from the compile cache
+never imports the analysis.
 """
 
 from __future__ import annotations
 
 import json
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from functools import update_wrapper
 from typing import Any
 
-from jinja2 import BytecodeCache, StrictUndefined, TemplateSyntaxError
+from jinja2 import BytecodeCache, StrictUndefined, TemplateSyntaxError, filters, pass_environment
 from jinja2.exceptions import SecurityError, TemplateNotFound
 from jinja2.loaders import BaseLoader
+from jinja2.nodes import EvalContext
 from jinja2.runtime import Context, Undefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedFormatter
+from jinja2.utils import pass_eval_context
+from markupsafe import EscapeFormatter, Markup
 
+from openprogram_yaml.compile._template_sizes import (
+    MAX_BUILT,
+    format_spec_size,
+    printf_size,
+    str_method_size,
+)
 from openprogram_yaml.safe_urls import url_path
 
 __all__ = ["PromptSandbox", "SnapshotLoader", "TemplateSyntaxError", "prompt_json"]
@@ -60,7 +71,33 @@ def prompt_json(value: Any, indent: int | None = None) -> str:
     """
     if indent is None:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return json.dumps(value, ensure_ascii=False, indent=indent)
+    # Each line repeats the indent once per level: built a piece at a time, and bounded.
+    _check_built(len(indent) if isinstance(indent, str) else indent, "tojson's indent")
+    return _bounded_concat(
+        json.JSONEncoder(ensure_ascii=False, indent=indent).iterencode(value), "tojson"
+    )
+
+
+def _check_built(size: int, what: str) -> None:
+    if size > MAX_BUILT:
+        raise SecurityError(
+            f"{what} would build more than {MAX_BUILT} characters, more than a template may"
+        )
+
+
+def _bounded_concat(pieces: Iterable[str], what: str = "the template") -> str:
+    """``"".join(pieces)``, refused as soon as the text passes ``MAX_BUILT``.
+
+    The sandbox's ``concat``: Jinja joins a template's output, a macro's, a ``{% set %}``
+    block's with it, so a loop printing a long value many times stops here, not in the join.
+    """
+    kept: list[str] = []
+    size = 0
+    for piece in pieces:
+        size += len(piece)
+        _check_built(size, what)
+        kept.append(piece)
+    return "".join(kept)
 
 
 class PromptSandbox(ImmutableSandboxedEnvironment):
@@ -70,10 +107,14 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
     the runtime and the session trace: a template must not be able to change them (so
     ``list.append`` and ``dict.update`` are refused), and rendering twice gives the same text.
     On top of Jinja's rules: no attribute of a class, function, method or module is readable
-    at all, a few default globals are gone, and ``*`` / ``**`` cannot build huge values.
+    at all, a few default globals are gone, and no operation builds a huge value: ``*`` and
+    ``**`` are bounded, and so are the widths of ``%``, ``format`` and ``str.format``, the
+    ``str`` methods and filters that pad, repeat or join (``_template_sizes``) and the text a
+    template, macro or block puts together (``concat``).
     """
 
-    intercepted_binops = frozenset({"*", "**"})
+    intercepted_binops = frozenset({"*", "**", "%"})
+    concat = staticmethod(_bounded_concat)
 
     def __init__(
         self,
@@ -94,6 +135,7 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
         )
         for name in _DROPPED_GLOBALS:
             self.globals.pop(name, None)
+        self.filters.update(_BOUNDED_FILTERS)
         self.filters["tojson"] = prompt_json
         # For http tool URLs (``/repos/{{ repo | path }}``); known here so templates check.
         self.filters["path"] = url_path
@@ -118,7 +160,23 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
             _check_repeat(right, left)
         elif operator == "**" and _power_too_large(left, right):
             raise SecurityError(f"{left} ** {right} is too large for a template")
+        elif operator == "%" and isinstance(left, str):
+            _check_built(printf_size(left, right), "this % format")
         return super().call_binop(context, operator, left, right)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        # Jinja wraps a string's ``format`` here, when it is read, so that any call of it is
+        # sandboxed; the methods that can build a long text are wrapped the same way.
+        # (``Markup``, which ``|safe`` makes, has Python methods of the same names.)
+        if not isinstance(value, (types.BuiltinMethodType, types.MethodType)) or not isinstance(
+            value.__self__, str
+        ):
+            return None
+        if value.__name__ in ("format", "format_map"):
+            return _bounded_format(self, value)
+        if value.__name__ in _GROWING_STR_METHODS:
+            return _bounded_str_method(value)
+        return None
 
     def join_path(self, template: str, parent: str) -> str:
         # Include names were resolved and checked at load time; a name that was not is
@@ -131,6 +189,159 @@ def _check_repeat(seq: Any, count: Any) -> None:
         return
     if len(seq) * count > MAX_REPEAT:
         raise SecurityError(f"repeating a value {count} times builds more than {MAX_REPEAT} items")
+    if not isinstance(seq, str) and count > 1:
+        # Few items, but each may be long: ``['a' * 10**6] * 10**6`` shown is 10**12 long.
+        try:
+            shown = len(str(seq))
+        except Exception:  # an item that cannot be shown fails where it is shown
+            return
+        _check_built(shown * count, "repeating a list")
+
+
+class _BoundedFormatter(SandboxedFormatter):
+    """Jinja's sandboxed ``str.format``, each field's width and the fields' text bounded."""
+
+    def __init__(self, env: ImmutableSandboxedEnvironment, **kwargs: Any) -> None:
+        super().__init__(env, **kwargs)
+        self._built = 0
+
+    def format_field(self, value: Any, format_spec: str) -> Any:
+        _check_built(format_spec_size(format_spec), "a format width")
+        text = super().format_field(value, format_spec)
+        self._built += len(text)
+        _check_built(self._built, "this format")
+        return text
+
+
+class _BoundedEscapeFormatter(_BoundedFormatter, EscapeFormatter):
+    pass
+
+
+def _bounded_format(env: ImmutableSandboxedEnvironment, method: Any) -> Callable[..., str]:
+    """``text.format`` or ``text.format_map`` through ``_BoundedFormatter`` (as Jinja's
+    ``wrap_str_format`` does through its own formatter)."""
+    text: str = method.__self__
+    is_format_map = method.__name__ == "format_map"
+
+    def bounded(*args: Any, **kwargs: Any) -> str:
+        if is_format_map:
+            if kwargs:
+                raise TypeError("format_map() takes no keyword arguments")
+            if len(args) != 1:
+                raise TypeError(f"format_map() takes exactly one argument ({len(args)} given)")
+            kwargs = args[0]
+            args = ()
+        formatter = (
+            _BoundedEscapeFormatter(env, escape=text.escape)
+            if isinstance(text, Markup)
+            else _BoundedFormatter(env)
+        )
+        return type(text)(formatter.vformat(text, args, kwargs))
+
+    return update_wrapper(bounded, method)
+
+
+#: ``str`` methods whose result can be far longer than the text and arguments they are given.
+_GROWING_STR_METHODS = frozenset(
+    {"ljust", "rjust", "center", "zfill", "expandtabs", "replace", "translate", "join"}
+)
+
+
+def _bounded_str_method(method: Any) -> Callable[..., Any]:
+    text: str = method.__self__
+    name: str = method.__name__
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        if name == "join" and args and isinstance(args[0], Iterable):
+            args = (list(args[0]), *args[1:])  # measured, then joined
+        _check_built(str_method_size(text, name, args, kwargs), f"{name}()")
+        return method(*args, **kwargs)
+
+    return update_wrapper(bounded, method)
+
+
+# Jinja's filters that can build a long text or list, checked first (same signatures).
+
+
+def _center(value: Any, width: int = 80) -> str:
+    _check_built(width if isinstance(width, int) else 0, "center")
+    return filters.do_center(value, width)
+
+
+def _indent(s: Any, width: int | str = 4, first: bool = False, blank: bool = False) -> str:
+    text = str(s)
+    step = len(width) if isinstance(width, str) else width if isinstance(width, int) else 0
+    _check_built(len(text) + (text.count("\n") + 2) * step, "indent")
+    return filters.do_indent(s, width, first, blank)
+
+
+@pass_environment
+def _wordwrap(
+    environment: Any,
+    s: Any,
+    width: int = 79,
+    break_long_words: bool = True,
+    wrapstring: str | None = None,
+    break_on_hyphens: bool = True,
+) -> str:
+    text = str(s)
+    joint = environment.newline_sequence if wrapstring is None else str(wrapstring)
+    # Two lines in a row hold more than ``width`` characters, or the second would have
+    # fitted on the first: at most 2 * len / width lines, and 2 per paragraph more.
+    lines = 2 * (text.count("\n") + 1)
+    lines += 2 * len(text) // width if isinstance(width, int) and width > 0 else len(text)
+    _check_built(len(text) + lines * len(joint), "wordwrap")
+    return filters.do_wordwrap(
+        environment, s, width, break_long_words, wrapstring, break_on_hyphens
+    )
+
+
+@pass_eval_context
+def _replace(eval_ctx: EvalContext, s: Any, old: Any, new: Any, count: int | None = None) -> str:
+    arguments = (str(old), str(new), -1 if count is None else count)
+    _check_built(str_method_size(str(s), "replace", arguments, {}), "replace")
+    return filters.do_replace(eval_ctx, s, old, new, count)
+
+
+@pass_eval_context
+def _join(
+    eval_ctx: EvalContext, value: Iterable[Any], d: str = "", attribute: str | int | None = None
+) -> str:
+    if attribute is not None:
+        value = map(filters.make_attrgetter(eval_ctx.environment, attribute), value)
+    items = list(value)
+    size = len(str(d)) * max(len(items) - 1, 0) + sum(len(str(item)) for item in items)
+    _check_built(size, "join")
+    return filters.sync_do_join(eval_ctx, items, d)
+
+
+def _format(value: Any, *args: Any, **kwargs: Any) -> str:
+    _check_built(printf_size(str(value), kwargs or args), "this format")
+    return filters.do_format(value, *args, **kwargs)
+
+
+def _batch(value: Iterable[Any], linecount: int, fill_with: Any = None) -> Iterator[list[Any]]:
+    if fill_with is not None and isinstance(linecount, int) and linecount > MAX_REPEAT:
+        raise SecurityError(f"a batch filled up to {linecount} items is more than {MAX_REPEAT}")
+    return filters.do_batch(value, linecount, fill_with)
+
+
+def _slice(value: Sequence[Any], slices: int, fill_with: Any = None) -> Iterator[list[Any]]:
+    if isinstance(slices, int) and slices > MAX_REPEAT:
+        raise SecurityError(f"{slices} slices are more than {MAX_REPEAT}")
+    return filters.sync_do_slice(value, slices, fill_with)
+
+
+_BOUNDED_FILTERS: dict[str, Callable[..., Any]] = {
+    "center": _center,
+    "indent": _indent,
+    "wordwrap": _wordwrap,
+    "replace": _replace,
+    "join": _join,
+    "format": _format,
+    "batch": _batch,
+    "slice": _slice,
+}
 
 
 def _power_too_large(base: Any, exponent: Any) -> bool:
