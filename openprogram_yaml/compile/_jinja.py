@@ -10,12 +10,23 @@ never imports the analysis.
 from __future__ import annotations
 
 import json
+import time
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from functools import update_wrapper
 from typing import Any
 
-from jinja2 import BytecodeCache, StrictUndefined, TemplateSyntaxError, filters, pass_environment
+from jinja2 import (
+    BytecodeCache,
+    StrictUndefined,
+    Template,
+    TemplateSyntaxError,
+    filters,
+    nodes,
+    pass_environment,
+)
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.exceptions import SecurityError, TemplateNotFound
 from jinja2.loaders import BaseLoader
 from jinja2.nodes import EvalContext
@@ -100,6 +111,78 @@ def _bounded_concat(pieces: Iterable[str], what: str = "the template") -> str:
     return "".join(kept)
 
 
+#: A render may run this long: every loop step, call and include checks it (``_tick``).
+MAX_RENDER_SECONDS = 10.0
+
+#: When the render running in this thread or task must end (``_TimedTemplate.render``).
+_render_deadline: ContextVar[float | None] = ContextVar("template_deadline", default=None)
+
+
+class _TimedTemplate(Template):
+    """A template whose render ends, refused, once it has run ``render_seconds``."""
+
+    def render(self, *args: Any, **kwargs: Any) -> str:
+        seconds = getattr(self.environment, "render_seconds", MAX_RENDER_SECONDS)
+        token = _render_deadline.set(time.monotonic() + seconds)
+        try:
+            return super().render(*args, **kwargs)
+        finally:
+            _render_deadline.reset(token)
+
+
+class _BoundedBuffer(list[str]):
+    """What a macro, ``{% set %}``, ``{% filter %}`` or ``{% call %}`` block writes, held until
+    it is joined: refused as soon as it holds more than ``MAX_BUILT`` characters."""
+
+    __slots__ = ("_size",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._size = 0
+
+    def append(self, piece: str) -> None:
+        self._size += len(piece)
+        _check_built(self._size, "this block")
+        super().append(piece)
+
+    def extend(self, pieces: Iterable[str]) -> None:
+        kept = tuple(pieces)
+        self._size += sum(map(len, kept))
+        _check_built(self._size, "this block")
+        super().extend(kept)
+
+
+class _BoundedCodeGenerator(CodeGenerator):
+    """Jinja's code generator, with three changes that keep a render bounded: each ``for``
+    loop takes its items through ``PromptSandbox.counted`` (which checks the clock at every
+    step), blocks write into a ``_BoundedBuffer``, and ``~`` goes through
+    ``PromptSandbox.concat_values`` (which measures first)."""
+
+    def visit_Template(self, node: nodes.Template, frame: Frame | None = None) -> None:
+        for loop in node.find_all(nodes.For):
+            counted = nodes.EnvironmentAttribute("counted", lineno=loop.iter.lineno)
+            loop.iter = nodes.Call(counted, [loop.iter], [], None, None, lineno=loop.iter.lineno)
+        super().visit_Template(node, frame)
+
+    def buffer(self, frame: Frame) -> None:
+        frame.buffer = self.temporary_identifier()
+        self.writeline(f"{frame.buffer} = environment.new_buffer()")
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        # As Jinja's own: the same joining function, chosen the same way, measured first.
+        if frame.eval_ctx.volatile:
+            join = "(markup_join if context.eval_ctx.volatile else str_join)"
+        elif frame.eval_ctx.autoescape:
+            join = "markup_join"
+        else:
+            join = "str_join"
+        self.write(f"environment.concat_values({join}, (")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
 class PromptSandbox(ImmutableSandboxedEnvironment):
     """Jinja's immutable sandbox, tightened for prompts.
 
@@ -107,14 +190,16 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
     the runtime and the session trace: a template must not be able to change them (so
     ``list.append`` and ``dict.update`` are refused), and rendering twice gives the same text.
     On top of Jinja's rules: no attribute of a class, function, method or module is readable
-    at all, a few default globals are gone, and no operation builds a huge value: ``*`` and
-    ``**`` are bounded, and so are the widths of ``%``, ``format`` and ``str.format``, the
-    ``str`` methods and filters that pad, repeat or join (``_template_sizes``) and the text a
-    template, macro or block puts together (``concat``).
+    at all, a few default globals are gone, no operation builds a huge value (``*``, ``**``,
+    ``+`` and ``~``; the widths of ``%``, ``format`` and ``str.format``; the ``str`` methods
+    and filters that pad, repeat or join, measured by ``_template_sizes``; the text a
+    template, macro or block puts together), and a render ends after ``render_seconds``.
     """
 
-    intercepted_binops = frozenset({"*", "**", "%"})
+    intercepted_binops = frozenset({"*", "**", "%", "+"})
     concat = staticmethod(_bounded_concat)
+    template_class = _TimedTemplate
+    code_generator_class = _BoundedCodeGenerator
 
     def __init__(
         self,
@@ -122,6 +207,7 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
         loader: BaseLoader | None = None,
         links: Mapping[tuple[str, str], str] | None = None,
         bytecode_cache: BytecodeCache | None = None,
+        render_seconds: float = MAX_RENDER_SECONDS,
     ) -> None:
         super().__init__(
             undefined=StrictUndefined,
@@ -140,6 +226,7 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
         # For http tool URLs (``/repos/{{ repo | path }}``); known here so templates check.
         self.filters["path"] = url_path
         self._links: Mapping[tuple[str, str], str] = links or {}
+        self.render_seconds = render_seconds
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         if isinstance(obj, _OPAQUE_TYPES):
@@ -162,6 +249,8 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
             raise SecurityError(f"{left} ** {right} is too large for a template")
         elif operator == "%" and isinstance(left, str):
             _check_built(printf_size(left, right), "this % format")
+        elif operator == "+":
+            _check_sum(left, right)
         return super().call_binop(context, operator, left, right)
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
@@ -177,6 +266,36 @@ class PromptSandbox(ImmutableSandboxedEnvironment):
         if value.__name__ in _GROWING_STR_METHODS:
             return _bounded_str_method(value)
         return None
+
+    def _tick(self) -> None:
+        deadline = _render_deadline.get()
+        if deadline is not None and time.monotonic() > deadline:
+            raise SecurityError(
+                f"the template ran for more than {self.render_seconds:g} seconds; a loop, "
+                "macro or include repeats too often"
+            )
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        __self._tick()
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def get_template(self, *args: Any, **kwargs: Any) -> Template:
+        self._tick()  # each include, import and extends
+        return super().get_template(*args, **kwargs)
+
+    def counted(self, items: Iterable[Any]) -> Iterator[Any]:
+        """The items of a ``for`` loop, the clock checked before each."""
+        for item in items:
+            self._tick()
+            yield item
+
+    def new_buffer(self) -> list[str]:
+        return _BoundedBuffer()
+
+    def concat_values(self, join: Callable[[Iterable[Any]], str], values: tuple[Any, ...]) -> str:
+        """``a ~ b ~ …``, measured before it is joined (``ns.s ~ ns.s`` in a loop doubles)."""
+        _check_built(sum(len(str(value)) for value in values), "~")
+        return join(values)
 
     def join_path(self, template: str, parent: str) -> str:
         # Include names were resolved and checked at load time; a name that was not is
@@ -196,6 +315,18 @@ def _check_repeat(seq: Any, count: Any) -> None:
         except Exception:  # an item that cannot be shown fails where it is shown
             return
         _check_built(shown * count, "repeating a list")
+
+
+def _check_sum(left: Any, right: Any) -> None:
+    # ``ns.s = ns.s + ns.s`` in a loop doubles each time.
+    if isinstance(left, str) and isinstance(right, str):
+        _check_built(len(left) + len(right), "+")
+    elif (
+        isinstance(left, (list, tuple))
+        and isinstance(right, (list, tuple))
+        and len(left) + len(right) > MAX_REPEAT
+    ):
+        raise SecurityError(f"adding these lists builds more than {MAX_REPEAT} items")
 
 
 class _BoundedFormatter(SandboxedFormatter):

@@ -1,6 +1,7 @@
-"""A template cannot make the runner build a huge value: a repository's prompt (or an http
-tool's URL template) rendering inputs and model output pads, repeats, joins and formats
-within ``MAX_BUILT`` characters, and is refused before it allocates more.
+"""A template cannot make the runner build a huge value or run without end: a repository's
+prompt (or an http tool's URL template) rendering inputs and model output pads, repeats,
+joins and formats within ``MAX_BUILT`` characters, and is refused before it allocates more;
+a render that runs past its time (loops in loops, a macro calling itself twice) is refused.
 
 Before, ``'%999999999s' % x``, ``'{:999999999}'.format(x)``, ``x.ljust(10**9)``,
 ``x|center(10**9)`` each built a gigabyte, and the multiplying ones (``sep.join``,
@@ -13,13 +14,16 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from jinja2 import StrictUndefined
+from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from openprogram_yaml.compile._jinja import PromptSandbox, SnapshotLoader
 from openprogram_yaml.compile._template_sizes import MAX_BUILT, printf_size
 from openprogram_yaml.compile.rendering import CompiledTemplate, TemplateRenderError
 from openprogram_yaml.compile.templates import TemplateEngine
@@ -98,9 +102,20 @@ HUGE = [
     # a list of few, long items repeated, then shown or joined
     f"{{{{ [long] * {TIMES} }}}}",
     f"{{{{ ([long] * {TIMES})|join }}}}",
-    # the text a template puts together
+    # the text a template, a macro or a block puts together, and what + and ~ build
     f"{{% for i in range({TIMES}) %}}{{{{ long }}}}{{% endfor %}}",
     f"{{% for i in range({TIMES}) %}}{{{{ long|upper }}}}{{% endfor %}}",
+    f"{{% macro m() %}}{{% for i in range({TIMES}) %}}{{{{ long|upper }}}}{{% endfor %}}"
+    "{% endmacro %}{{ m()|length }}",
+    f"{{% set b %}}{{% for i in range({TIMES}) %}}{{{{ long }}}}{{% endfor %}}{{% endset %}}",
+    f"{{% filter upper %}}{{% for i in range({TIMES}) %}}{{{{ long }}}}{{% endfor %}}"
+    "{% endfilter %}",
+    "{% set ns = namespace(s=long) %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+    "{% endfor %}",
+    "{% set ns = namespace(s=long) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+    "{% endfor %}",
+    "{% set ns = namespace(s=[1]) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+    "{% endfor %}",
 ]
 
 
@@ -144,6 +159,20 @@ EVERYDAY = [
     "{% for i in items %}{{ loop.index }}{{ i }}{% endfor %}",
     "{{ (x|safe).ljust(5) }}|{{ ('<'|safe).join(['a', '&']) }}|{{ (x|safe).replace('a', '<') }}",
     "{{ ([data.missing] * 2)|length }}",
+    "{% for i in items %}{{ loop.index }}/{{ loop.length }}{{ loop.last }}{% endfor %}",
+    "{% for i in range(4) %}{{ loop.revindex }}{{ loop.previtem|default('-') }}"
+    "{{ loop.nextitem|default('-') }}"
+    "{{ loop.changed(i // 2) }}{{ loop.cycle('a', 'b') }}{% endfor %}",
+    "{% for a in [] %}{% else %}empty{% endfor %}|{% for k, v in data.items() if v %}{{ k }}"
+    "{% else %}none{% endfor %}",
+    "{% for i in [[1, [2]], [3]] recursive %}{% if i is iterable %}{{ loop(i) }}{% else %}"
+    "{{ loop.depth }}:{{ i }}{% endif %}{% endfor %}",
+    "{{ x ~ 1 ~ none ~ items }}|{{ 1 + 2 }}|{{ x + 'd' }}|{{ items + [3] }}|{{ (1,) + (2,) }}",
+    "{% autoescape true %}{{ '<' ~ x }}{{ ('<'|safe) ~ '>' }}{% endautoescape %}",
+    "{% macro m(a) %}[{{ a }}]{% endmacro %}{% macro c() %}<{{ caller() }}>{% endmacro %}"
+    "{{ m(1) }}{% call c() %}in {{ x }}{% endcall %}{% filter upper %}f{{ x }}{% endfilter %}",
+    "{% set ns = namespace(s='') %}{% for i in items %}{% set ns.s = ns.s ~ i %}{% endfor %}"
+    "{{ ns.s }}",
 ]
 
 
@@ -224,3 +253,41 @@ def test_printf_size_is_never_below_what_python_builds() -> None:
 )
 def test_printf_size_bounds_mappings_keys_and_single_values(fmt: str, args: Any) -> None:
     assert printf_size(fmt, args) >= len(fmt % args)
+
+
+RUNS_LONG = {
+    "loops in loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+    "{% endfor %}",
+    "a recursive loop": "{% for i in range(1000) recursive %}{% if loop.depth < 5 %}"
+    "{{ loop(range(1000)) }}{% endif %}{% endfor %}",
+    "a macro calling itself twice": "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{{ f(n - 1) }}"
+    "{% endif %}{% endmacro %}{{ f(60) }}",
+    "an include included twice at each level": "{% include 'level0' %}",
+}
+#: Each level includes the next twice: 2**40 renders, and not one loop or call.
+LEVELS = {
+    f"level{i}": f"{{% include 'level{i + 1}' %}}{{% include 'level{i + 1}' %}}" for i in range(40)
+}
+
+
+def _timed_sandbox(seconds: float) -> PromptSandbox:
+    return PromptSandbox(loader=SnapshotLoader({**LEVELS, "level40": "."}), render_seconds=seconds)
+
+
+@pytest.mark.parametrize("source", RUNS_LONG.values(), ids=RUNS_LONG.keys())
+def test_a_render_that_runs_past_its_time_is_refused(source: str) -> None:
+    template = _timed_sandbox(0.2).from_string(source)
+    started = time.monotonic()
+    with pytest.raises(SecurityError, match=r"ran for more than 0\.2 seconds"):
+        template.render()
+    assert time.monotonic() - started < 5
+    # The deadline belongs to that render: the next one starts with its own.
+    assert (
+        _timed_sandbox(0.2).from_string("{% for i in range(3) %}{{ i }}{% endfor %}").render()
+        == "012"
+    )
+
+
+def test_the_default_time_is_long_enough_for_a_large_prompt(tmp_path: Path) -> None:
+    source = "{% for i in range(100000) %}{{ i }} {% endfor %}"
+    assert len(compile_text(tmp_path, source).render(variables())) == 588890
