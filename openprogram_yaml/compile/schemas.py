@@ -108,6 +108,12 @@ class SchemaFiles:
         ] = {}
 
 
+#: At most this many mappings and lists in one bundled schema. Files referenced again and
+#: again through files that reference them twice (``a`` -> ``b`` twice -> ``c`` twice …)
+#: grow a copy per path: 30 files of two lines each make 2**30.
+MAX_BUNDLED_VALUES = 100_000
+
+
 class _Bundler:
     def __init__(
         self,
@@ -126,6 +132,12 @@ class _Bundler:
         self._prefixes: dict[Path, str] = {}
         #: The stamp of each file read, as it was before reading (``SchemaFiles``).
         self.stamps: dict[Path, tuple[int, int]] = {}
+        #: Mappings and lists built so far; past ``MAX_BUNDLED_VALUES`` nothing more is.
+        self.built = 0
+
+    @property
+    def too_large(self) -> bool:
+        return self.built > MAX_BUNDLED_VALUES
 
     def error(self, pos: Position, message: str) -> None:
         self.out.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
@@ -235,6 +247,10 @@ class _Bundler:
         stack: tuple[Path, ...],
         prefix: str,
     ) -> Any:
+        if isinstance(node, (dict, list)):
+            self.built += 1
+            if self.too_large:
+                return None  # said once, at the outermost $ref (``ref``) or the schema
         if isinstance(node, list):
             return [
                 self.walk(v, base, where, (*loc, i), stack, prefix)
@@ -277,6 +293,8 @@ class _Bundler:
         stack: tuple[Path, ...],
         prefix: str,
     ) -> Any:
+        if self.too_large:
+            return None
         pos = where(loc)
         if ref.startswith("#"):
             if prefix and ref.startswith("#/$defs/"):
@@ -319,6 +337,10 @@ class _Bundler:
             return source.at(sub) if source else Position(str(target), 1, 1)
 
         data = self.walk(data, target, inner, (), (*stack, target), self.prefix(target))
+        if self.too_large:
+            if not stack:
+                self.error(pos, f"$ref '{ref}': {_TOO_LARGE}")
+            return None
         if pointer:
             found = _pointed(data, pointer)
             if found is _NOWHERE:
@@ -355,6 +377,9 @@ def bundle_schema(
         pos = source.at((*loc, *path), key=True)
         bundler.out.diagnostics.append(Diagnostic(pos.path, pos.line, pos.col, message))
     bundled = bundler.walk(schema, base_file, lambda sub: source.at(sub), loc, (), "")
+    if bundler.too_large and not bundler.out.diagnostics:
+        pos = source.at(loc)
+        bundler.error(pos, f"the schema {_TOO_LARGE}")
     if bundler.hoisted and isinstance(bundled, dict):
         defs = dict(bundled.get("$defs", {}))
         defs.update(bundler.hoisted)
@@ -376,6 +401,13 @@ def bundle_schema(
         stamps = tuple((path, bundler.stamps[path]) for path in out.files)
         shared.bundled[key] = (_copied(bundled), stamps, dict(out.lookups))
     return out
+
+
+_TOO_LARGE = (
+    f"would hold more than {MAX_BUNDLED_VALUES} mappings and lists once the files it refers "
+    "to are put in (a file reached again and again through files that each refer to it "
+    "more than once); refer to what repeats through $defs"
+)
 
 
 def _sharing_key(schema: Any, base_file: Path) -> tuple[str, str]:
