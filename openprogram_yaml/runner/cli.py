@@ -932,7 +932,12 @@ def _cmd_render(argv: Sequence[str]) -> int:
         _emit(sys.stderr, f"error: nothing to render: {error.get('message', 'no request')}")
         return rendered.record.exit_code or 1
     if not args.json:
-        _emit(sys.stdout, format_request(data), run_secrets(agent))
+        from ..redaction import redact
+        from .terminal_asker import shown_on_terminal
+
+        # The repository's prompts and tool descriptions are text under review: their
+        # control characters show as text (``\x1b``) wherever they go, as diff's do.
+        _emit(sys.stdout, shown_on_terminal(redact(format_request(data), run_secrets(agent))))
         return 0
     from ..redaction import redact
     from .json_text import safe_json_text
