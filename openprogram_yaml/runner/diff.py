@@ -471,7 +471,11 @@ def to_markdown(diff: VersionDiff) -> str:
     out += [f"{diff.unchanged_methods} other methods unchanged.", ""]
     for m in diff.methods:
         for r in m.renders:
-            fence = _fence(r.diff)
+            # The prompts are the edit under review, in a browser now: a bidi override
+            # (U+202E) would show a line's words in another order, as the text diff's
+            # control characters show as text.
+            lines = [shown_on_terminal(line) for line in r.diff]
+            fence = _fence(lines)
             out += [
                 "<details>",
                 # An HTML block: markdown escapes do not work in it, HTML's do. It ends at
@@ -479,7 +483,7 @@ def to_markdown(diff: VersionDiff) -> str:
                 f"<summary>{html.escape(_LINE_BREAK.sub(' ', f'{m.method}: {r.case}'))}</summary>",
                 "",
                 f"{fence}diff",
-                *r.diff,
+                *lines,
                 fence,
                 "</details>",
                 "",

@@ -1,6 +1,7 @@
 """What a repository wrote is shown, never obeyed: ``render`` prints the repository's
 prompts, instructions and tool descriptions (and the inputs given) with their control
-characters and bidi overrides as text (``\\x1b``), wherever its text goes, as ``diff`` does.
+characters and bidi overrides as text (``\\x1b``), wherever its text goes, as ``diff`` does;
+``diff --format markdown`` quotes the edited prompts so in the pull-request comment.
 Before, a prompt holding ``\\x1b]52;c;…\\x07`` set the clipboard of whoever rendered it, and
 ``\\x1b[2K`` erased the line of the prompt under review.
 """
@@ -8,9 +9,13 @@ Before, a prompt holding ``\\x1b]52;c;…\\x07`` set the clipboard of whoever re
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from support import EXAMPLES, GIT_ENV
 
 from openprogram_yaml.runner.cli import main
 
@@ -57,3 +62,27 @@ def test_render_json_keeps_the_text_as_it_is(
     assert main(["render", str(agent), "ask", "-i", "q=x", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["system"].startswith("Be brief.\x1b[2K")
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, env={**os.environ, **GIT_ENV}
+    )
+
+
+def test_the_markdown_diff_shows_bidi_overrides_and_escapes_as_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The pull-request comment quotes the edited prompt: U+202E would show the words of its
+    # line in another order in the browser, where the reviewer reads it.
+    root = tmp_path / "prompts"
+    shutil.copytree(EXAMPLES / "support_repo", root / "support_repo")
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "prompts v1")
+    ticket = root / "support_repo/prompts/_ticket.j2"
+    ticket.write_text(ticket.read_text() + "Refund \u202eonly if asked\u202c.\x1b[8m hidden\n")
+    main(["diff", "--format", "markdown", str(root / "support_repo")])
+    out = capsys.readouterr().out
+    assert "\u202e" not in out and "\x1b" not in out, out
+    assert r"+Refund \u202eonly if asked\u202c.\x1b[8m hidden" in out, out
