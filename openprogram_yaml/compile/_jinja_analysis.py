@@ -218,12 +218,15 @@ def simple_analysis(environment: PromptSandbox, source: str) -> Analysis | None:
     if len(matches) != source.count("{{"):
         return None
     reads: list[tuple[str, int]] = []
+    line, counted = 1, 0  # the lines are counted on from one name to the next
     for match in matches:
         name = match.group(1)
         if name in _NOT_VARIABLES or name in environment.globals:
             return None
         # The line of the name, as Jinja counts it: "{{" may end the line before it.
-        reads.append((name, source.count("\n", 0, match.start(1)) + 1))
+        line += source.count("\n", counted, match.start(1))
+        counted = match.start(1)
+        reads.append((name, line))
     per_line: dict[tuple[int, str], int] = {}
     for name, line in reads:
         per_line[(line, name)] = per_line.get((line, name), 0) + 1

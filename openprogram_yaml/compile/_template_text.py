@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 __all__ = [
     "code_identifiers",
     "column_of",
+    "identifier_columns",
     "line_text",
     "reference_col",
     "syntax_error_position",
@@ -138,6 +139,10 @@ def syntax_error_position(source: str, message: str, lineno: int) -> tuple[int, 
     return line, tag + 1
 
 
+#: Where each "{{" or "{%" starts, overlapping ones too ("{{{" holds two).
+_OPENERS = re.compile(r"(?=\{\{|\{%)")
+
+
 def _offending_token(text: str, token: str) -> int | None:
     """Column of the first ``token`` on the line that follows something else inside a tag.
 
@@ -146,11 +151,16 @@ def _offending_token(text: str, token: str) -> int | None:
     """
     word = token.isidentifier()
     pattern = rf"(?<!\w){re.escape(token)}(?!\w)" if word else re.escape(token)
+    # Found once for the line: a line of many tokens before any tag is not searched back
+    # from each of them.
+    openers = [m.start() for m in _OPENERS.finditer(text)]
     fallback: int | None = None
     for match in re.finditer(pattern, text):
-        opener = max(text.rfind("{{", 0, match.start()), text.rfind("{%", 0, match.start()))
-        if opener < 0:
+        # The last "{{" or "{%" ending before the token.
+        at = bisect_right(openers, match.start() - 2) - 1
+        if at < 0:
             continue
+        opener = openers[at]
         before = text[opener + 2 : match.start()].strip(" \t-+")
         if before:
             return match.start() + 1
@@ -171,13 +181,25 @@ def _unclosed_block(source: str, tag: str) -> int | None:
     return stack[-1] if stack else None
 
 
+def identifier_columns(
+    identifiers: Mapping[int, list[tuple[int, str]]],
+) -> dict[tuple[int, str], list[int]]:
+    """``code_identifiers`` by (line, name): the columns of each name on each line, in order."""
+    columns: dict[tuple[int, str], list[int]] = {}
+    for line, found in identifiers.items():
+        for col, name in found:
+            columns.setdefault((line, name), []).append(col)
+    return columns
+
+
 def column_of(
     read: Read,
-    identifiers: Mapping[int, list[tuple[int, str]]],
-    source: str,
+    columns_of: Mapping[tuple[int, str], list[int]],
+    lines: Sequence[str],
     hits: dict[tuple[int, str], int],
 ) -> int:
-    """The column of ``read`` on its line.
+    """The column of ``read`` on its line (``columns_of`` from ``identifier_columns``,
+    ``lines`` the source split at line breaks).
 
     Names are matched as whole identifiers inside tags only, so prose on the same line and
     attribute names after a dot do not count. When the line's identifiers line up one to one
@@ -185,30 +207,39 @@ def column_of(
     ``{% for item in items %}…{{ item }}`` points at the last ``item``); otherwise the first
     use after the last one found.
     """
-    columns = [col for col, ident in identifiers.get(read.line, ()) if ident == read.name]
+    columns = columns_of.get((read.line, read.name), [])
     if len(columns) == read.name_uses and read.ordinal < len(columns):
         return columns[read.ordinal]
     after = hits.get((read.line, read.name), 0)
-    for col, identifier in identifiers.get(read.line, ()):
-        if identifier == read.name and col > after:
-            hits[(read.line, read.name)] = col
-            return col
-    text = line_text(source, read.line)
+    at = bisect_right(columns, after)
+    if at < len(columns):
+        hits[(read.line, read.name)] = columns[at]
+        return columns[at]
+    text = line_text(lines, read.line)
     match = re.search(rf"(?<![\w.]){re.escape(read.name)}(?!\w)", text)
     return match.start() + 1 if match else 1
 
 
-def reference_col(source: str, ref: Reference) -> int:
-    text = line_text(source, ref.line)
+def reference_col(text: str, ref: Reference, after: int = 0) -> int:
+    """The column of ``ref`` on its line, whose text is ``text``: its name in quotes within
+    its tag, else the tag's keyword. ``after`` is the column of the reference before it on
+    the line (they come in order): the search starts there, so a line of many tags is read
+    once, not once for each."""
+    keyword = re.compile(rf"\b({ref.kind}|from)\b").search(text, after)
+    if keyword is None and after:
+        keyword = re.compile(rf"\b({ref.kind}|from)\b").search(text)
+    start = keyword.start() if keyword is not None else 0
     if ref.name is not None:
+        end = text.find("%}", start)
+        end = len(text) if end < 0 else end
         for quote in "'\"":
-            at = text.find(f"{quote}{ref.name}{quote}")
+            at = text.find(f"{quote}{ref.name}{quote}", start, end)
             if at >= 0:
                 return at + 1
-    keyword = re.search(rf"\b({ref.kind}|from)\b", text)
-    return keyword.start() + 1 if keyword else 1
+    return start + 1
 
 
-def line_text(source: str, line: int) -> str:
-    lines = source.split("\n")
+def line_text(lines: Sequence[str], line: int) -> str:
+    """Line ``line`` (1-based) of a source split at its line breaks, once for all its lines:
+    a template may hold a hundred thousand tags, each asking for its line."""
     return lines[line - 1] if 0 < line <= len(lines) else ""

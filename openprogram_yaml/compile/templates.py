@@ -41,6 +41,7 @@ from openprogram_yaml._file_reads import file_stamp
 from openprogram_yaml.compile._template_text import (
     code_identifiers,
     column_of,
+    identifier_columns,
     line_text,
     reference_col,
     syntax_error_position,
@@ -350,8 +351,9 @@ class TemplateEngine:
             position = origin.locate(deep.line, deep.col)
             return None, (Diagnostic(position.path, position.line, position.col, str(deep)),)
         problems = []
+        lines = source.split("\n") if analysis.failures else []
         for line, message in analysis.failures:
-            text, col = _failure(message, env, source, line)
+            text, col = _failure(message, env, line_text(lines, line))
             position = origin.locate(line, col)
             problems.append(Diagnostic(position.path, position.line, position.col, text))
         return analysis, tuple(problems)
@@ -365,24 +367,27 @@ class TemplateEngine:
                 check.variables.add(read.name)
             else:
                 undeclared = True
+        lines = unit.source.split("\n") if undeclared or unit.analysis.references else []
         if undeclared:
             # Columns are found only for a template with a problem: it takes a scan of every
             # tag, and each read's column depends on the reads before it on its line.
-            identifiers = code_identifiers(unit.source)
+            columns = identifier_columns(code_identifiers(unit.source))
             hits: dict[tuple[int, str], int] = {}
             for read in unit.analysis.reads:
-                col = column_of(read, identifiers, unit.source, hits)
+                col = column_of(read, columns, lines, hits)
                 if read.name in unit.analysis.top_level or read.name in unit.local_names:
                     continue
                 if not (unit.sees_inputs and read.name in check.declared):
                     message = _undeclared_message(read.name, unit, check)
                     check.add(unit.origin, read.line, col, message)
 
+        after: dict[int, int] = {}  # line -> column of the reference found last there
         for ref in unit.analysis.references:
-            self._follow(unit, ref, check)
+            col = reference_col(line_text(lines, ref.line), ref, after.get(ref.line, 0))
+            after[ref.line] = col
+            self._follow(unit, ref, check, col)
 
-    def _follow(self, unit: _Unit, ref: _jinja_analysis.Reference, check: _Check) -> None:
-        col = reference_col(unit.source, ref)
+    def _follow(self, unit: _Unit, ref: _jinja_analysis.Reference, check: _Check, col: int) -> None:
         if ref.name is None:
             check.add(unit.origin, ref.line, col, _COMPUTED_NAME.format(kind=ref.kind))
             return
@@ -522,9 +527,9 @@ def _syntax_message(message: str) -> str:
     return text
 
 
-def _failure(message: str, env: _jinja.PromptSandbox, source: str, line: int) -> tuple[str, int]:
-    """A message and column for a problem Jinja's compiler found (unknown filter …)."""
-    text = line_text(source, line)
+def _failure(message: str, env: _jinja.PromptSandbox, text: str) -> tuple[str, int]:
+    """A message and column for a problem Jinja's compiler found (unknown filter …) on the
+    line whose text is ``text``."""
     unsafe = re.match(r"template reads attribute '([^']+)'", message)
     if unsafe is not None:
         at = re.search(rf"['\"]?{re.escape(unsafe.group(1))}(?!\w)", text)
