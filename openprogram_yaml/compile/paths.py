@@ -164,8 +164,7 @@ def glob_file_names(root: Path | str, pattern: str) -> list[str]:
     """
     folder_part, _, name_part = pattern.rpartition("/")
     if glob.has_magic(folder_part) or "**" in name_part or not glob.has_magic(name_part):
-        found = glob.glob(os.path.join(glob.escape(str(root)), pattern), recursive=True)
-        return _real_files(found)
+        return _real_files(_walked(str(root), pattern.split("/")))
     folder = os.path.join(str(root), folder_part) if folder_part else str(root)
     try:
         with os.scandir(folder) as listing:
@@ -187,6 +186,75 @@ def glob_file_names(root: Path | str, pattern: str) -> list[str]:
         elif regular:
             out.append(os.path.join(real_folder, name))
     return sorted(out)
+
+
+def _walked(root: str, parts: list[str]) -> list[str]:
+    """What ``glob.glob(root/pattern, recursive=True)`` finds (``parts``: the pattern split
+    at "/"), but each real folder is entered once for each part of the pattern.
+
+    Glob follows folder links, and enters a folder again each time a path reaches it: two
+    links to ``..`` made it walk 2**depth paths, until names grew too long (a cloned
+    repository keeps its links). What it finds in a folder depends only on the folder and
+    the rest of the pattern, and the caller keeps real paths: entering once finds the same
+    files. As glob: wildcards do not match names starting with "." unless the part does,
+    ``**`` matches no folder or any number of them (and files too, last), a part without
+    wildcards is looked up as it is.
+    """
+    found: list[str] = []
+    seen: set[tuple[int, int, int]] = set()
+    pending = [(root, 0)]
+    while pending:
+        folder, i = pending.pop()
+        try:
+            st = os.stat(folder)
+        except (OSError, ValueError):
+            continue
+        key = (st.st_dev, st.st_ino, i)
+        if key in seen:
+            continue
+        seen.add(key)
+        part, last = parts[i], i == len(parts) - 1
+        if not glob.has_magic(part):
+            path = os.path.join(folder, part)
+            if last:
+                found.append(path)  # kept if it is a file (``_real_files``)
+            else:
+                pending.append((path, i + 1))
+            continue
+        try:
+            with os.scandir(folder) as listing:
+                entries = [(e.name, _is_folder(e)) for e in listing]
+        except OSError:
+            continue
+        if part == "**":
+            if not last:
+                pending.append((folder, i + 1))  # no folder
+            for name, is_folder in entries:
+                if name.startswith("."):
+                    continue
+                path = os.path.join(folder, name)
+                if is_folder:
+                    pending.append((path, i))
+                if last:
+                    found.append(path)
+            continue
+        hidden = part.startswith(".")
+        names = set(fnmatch.filter([n for n, _ in entries if hidden or n[0] != "."], part))
+        for name, is_folder in entries:
+            if name in names:
+                path = os.path.join(folder, name)
+                if last:
+                    found.append(path)
+                elif is_folder:
+                    pending.append((path, i + 1))
+    return found
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()  # links followed, as glob does
+    except OSError:
+        return False
 
 
 def _real_files(found: list[str]) -> list[str]:
