@@ -926,20 +926,22 @@ def _cmd_render(argv: Sequence[str]) -> int:
             model=args.model,
         )
     )
+    from ..redaction import redact
+    from .terminal_asker import shown_on_terminal
+
     data = rendered.request
     if data is None:
+        # As a run's error: the secrets the agent read redacted (a template may have read
+        # one as the name of an attribute), and what drives a terminal shown as text.
         error = rendered.record.error or {}
-        _emit(sys.stderr, f"error: nothing to render: {error.get('message', 'no request')}")
+        message = f"error: nothing to render: {error.get('message', 'no request')}"
+        _emit(sys.stderr, shown_on_terminal(redact(message, run_secrets(agent))))
         return rendered.record.exit_code or 1
     if not args.json:
-        from ..redaction import redact
-        from .terminal_asker import shown_on_terminal
-
         # The repository's prompts and tool descriptions are text under review: their
         # control characters show as text (``\x1b``) wherever they go, as diff's do.
         _emit(sys.stdout, shown_on_terminal(redact(format_request(data), run_secrets(agent))))
         return 0
-    from ..redaction import redact
     from .json_text import safe_json_text
 
     text = redact(json.dumps(data, indent=2, ensure_ascii=False), run_secrets(agent))

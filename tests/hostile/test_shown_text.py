@@ -64,6 +64,30 @@ def test_render_json_keeps_the_text_as_it_is(
     assert data["system"].startswith("Be brief.\x1b[2K")
 
 
+SECRET = "ghp_rendersecret0123456789"
+
+
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_a_render_that_fails_does_not_show_a_secret_it_read(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    json_flag: list[str],
+) -> None:
+    # The secret is read as an attribute's name: the failure names the attribute.
+    monkeypatch.setenv("SHOP_API_TOKEN", SECRET)
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        "version: 1\nname: shop\nmodel: test\nmethods:\n  ask:\n"
+        '    inputs: {x: {type: string}}\n    prompt: "{{ x.${env:SHOP_API_TOKEN} }}"\n',
+        encoding="utf-8",
+    )
+    assert main(["render", str(path), "ask", "-i", "x=1", *json_flag]) != 0
+    captured = capsys.readouterr()
+    assert SECRET not in captured.out + captured.err
+    assert "has no attribute '***'" in captured.err, captured.err
+
+
 def _git(repo: Path, *args: str) -> None:
     subprocess.run(
         ["git", *args], cwd=repo, check=True, capture_output=True, env={**os.environ, **GIT_ENV}
