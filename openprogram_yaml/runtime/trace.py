@@ -285,7 +285,8 @@ class SessionTrace:
         else:
             text = source.read()
         trace = cls()
-        raws = [json.loads(line) for line in text.splitlines() if line]
+        # Lines end at "\n" alone: a string written raw may hold U+2028, U+2029 or U+0085.
+        raws = [json.loads(line) for line in text.split("\n") if line.strip()]
         trace.nodes = [TraceNode.from_dict(raw) for raw in raws]
         by_id = {node.id: node for node in trace.nodes}
         # Children follow their parents: resolving from the end fills a chain in one pass.

@@ -69,7 +69,9 @@ class _Entry:
         if self.trace is None:
             return []
         text = redact(self.trace.to_jsonl(), self.record.secrets)
-        return [json.loads(line) for line in text.splitlines() if line]
+        # Lines end at "\n" alone: a JSON string written with ensure_ascii=False may hold
+        # U+2028, U+2029 or U+0085 raw, where splitlines() would break it.
+        return [json.loads(line) for line in text.split("\n") if line]
 
 
 def _summary(record: JSONObject, source: str) -> JSONObject:
@@ -144,7 +146,7 @@ class RunHistory:
                 tail = file.read(MAX_FILE_TAIL)
         except OSError:
             return []
-        lines = tail.decode("utf-8", errors="replace").splitlines()
+        lines = tail.decode("utf-8", errors="replace").split("\n")  # as trace_json
         if size > MAX_FILE_TAIL:
             lines = lines[1:]  # begun before the part read
         found: list[JSONObject] = []

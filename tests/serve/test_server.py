@@ -600,3 +600,35 @@ def test_inputs_the_template_cannot_render_are_the_requests_fault_not_the_server
         assert "division by zero" in replies[name].text
     assert replies["run"].json()["error"]["type"] == "TemplateRenderError"
     assert replies["v1"].json()["error"]["code"] == "invalid_inputs"
+
+
+def test_a_run_holding_unicode_line_separators_is_listed_and_shown(tmp_path: Path) -> None:
+    # JSON written with ensure_ascii=False holds U+2028, U+2029 and U+0085 raw; splitlines()
+    # broke its lines there: GET /runs/{id} answered 500 and the records file lost the run.
+    agent = write_agent(tmp_path)
+    records = tmp_path / "runs.jsonl"
+    text = "a\u2028b\u2029c\x85d"
+
+    async def scenario() -> None:
+        async with served(agent, records=records) as (_, client):
+            run = (await client.post("/run/echo/say", json={"x": text})).json()
+            one = await client.get(f"/runs/{run['id']}")
+            assert one.status_code == 200, one.text
+            assert one.json()["record"]["inputs"] == {"x": text}
+        # A server started later finds it in the records file.
+        async with served(agent, records=records) as (_, client):
+            listed = (await client.get("/runs")).json()["runs"]
+            assert [r["id"] for r in listed] == [run["id"]]
+
+    asyncio.run(scenario())
+
+
+def test_a_trace_holding_unicode_line_separators_reads_back(tmp_path: Path) -> None:
+    from openprogram_yaml.runtime.trace import SessionTrace
+
+    trace = SessionTrace()
+    with trace.span("run", "a\u2028b", {"x": "c\x85d"}) as node:
+        node.output = "e\u2029f"
+    path = tmp_path / "trace.jsonl"
+    trace.write_jsonl(path)
+    assert SessionTrace.read_jsonl(path).nodes == trace.nodes
