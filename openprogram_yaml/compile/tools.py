@@ -338,4 +338,27 @@ def build_tools(
             tools.append(built)
     if servers:  # most agents have none, and the MCP client is not imported for them
         _expected_server_tools(doc, servers)
+        _no_server_tool_names(col, doc, servers)
     return BuiltTools(tools, method_refs, list(servers.values()))
+
+
+def _no_server_tool_names(
+    col: Collector, doc: AgentDocument, servers: dict[str, McpServer]
+) -> None:
+    """Refuse a tool of the agent named as one of its MCP servers' tools would be
+    (``files__read_file`` beside a server ``files``): the server's tool of that name would
+    take its place when the run starts, its calls (a ``confirm`` one's too) going to the
+    server."""
+    from ..tools.mcp import SEPARATOR, is_server_tool
+
+    for name in doc.spec.tools:
+        # An MCP entry too: ``files__x``'s tool ``y`` and ``files``'s tool ``x__y`` meet.
+        if is_server_tool(name, [server for server in servers if server != name]):
+            server = name.partition(SEPARATOR)[0]
+            _error(
+                col,
+                doc,
+                ("tools", name),
+                f"'{name}' is the name a tool of the MCP server '{server}' gets; rename this "
+                f"tool (names with '{SEPARATOR}' after a server's name are the server's)",
+            )

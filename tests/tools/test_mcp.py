@@ -717,3 +717,29 @@ def test_an_image_a_tool_returns_reaches_the_provider(tmp_path: Path) -> None:
         "type": "image_url",
         "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="},
     }
+
+
+@pytest.mark.parametrize(
+    ("tools", "name"),
+    [
+        # The agent's own tool: the server's tool 'read' would take its place at the run.
+        ("  files__read:\n    python: tools:read\n    confirm: true\n", "files__read"),
+        # Another MCP entry: its tool 'y' and files' tool 'x__y' would meet.
+        ("  files__x:\n    mcp: {command: [python, s.py]}\n", "files__x"),
+    ],
+)
+def test_a_tool_named_as_a_servers_tool_would_be_is_a_positioned_error(
+    tmp_path: Path, tools: str, name: str
+) -> None:
+    (tmp_path / "tools.py").write_text("def read() -> str:\n    return 'own'\n")
+    path = tmp_path / "agent.yaml"
+    path.write_text(
+        "version: 1\nname: a\nmodel: test\ntools:\n  files:\n    mcp: {command: [python, s.py]}\n"
+        + tools
+        + "methods:\n  m: {prompt: Hi.}\n"
+    )
+    with pytest.raises(ConfigError) as failed:
+        compile_path(path)
+    text = str(failed.value)
+    assert f"{path}:7:" in text or f"{path}:8:" in text, text
+    assert f"'{name}' is the name a tool of the MCP server 'files' gets" in text
