@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from openprogram_yaml.runtime.trace import SessionTrace
 
 __all__ = [
+    "MAX_PARALLEL_CALLS",
     "MAX_RESULT_CHARS",
     "MAX_SAME_FAILURES",
     "ToolRunner",
@@ -39,6 +40,10 @@ __all__ = [
 MAX_RESULT_CHARS = 20_000
 #: A call (same tool, same arguments) that failed this many times is not run again.
 MAX_SAME_FAILURES = 2
+#: How many calls of one reply run at once; the rest wait their turn. The model decides how
+#: many it asks for: 1,500 calls of a command tool started 1,500 programs at once, past a
+#: process's usual 1,024 file descriptors (and in ``serve`` every run shares those).
+MAX_PARALLEL_CALLS = 16
 
 StreamEmit = Callable[[JSONObject], None]
 
@@ -119,7 +124,15 @@ class ToolRunner:
         """
         if len(calls) == 1 or self.sequential:
             return [await self._run_one(call, recorded) for call in calls]
-        return list(await asyncio.gather(*(self._run_one(call, recorded) for call in calls)))
+        if len(calls) <= MAX_PARALLEL_CALLS:
+            return list(await asyncio.gather(*(self._run_one(call, recorded) for call in calls)))
+        slots = asyncio.Semaphore(MAX_PARALLEL_CALLS)
+
+        async def in_turn(call: ToolCall) -> Message:
+            async with slots:
+                return await self._run_one(call, recorded)
+
+        return list(await asyncio.gather(*(in_turn(call) for call in calls)))
 
     def _refusal(self, name: str) -> str | None:
         tool = self.offered.get(name)

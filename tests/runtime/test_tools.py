@@ -180,6 +180,32 @@ def test_parallel_calls_run_concurrently_unless_disabled(make: Any) -> None:
     assert order == ["start a", "end a", "start b", "end b"]
 
 
+def test_the_calls_of_one_reply_run_at_most_a_few_at_once(make: Any) -> None:
+    # The model decides how many calls a reply holds: all of them ran at once (1,500
+    # command tools started 1,500 programs). Each runs, in turn, and answers in order.
+    from openprogram_yaml.runtime.toolloop import MAX_PARALLEL_CALLS
+
+    running: list[int] = [0]
+    most: list[int] = [0]
+
+    async def slow(tag: str) -> str:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        running[0] -= 1
+        return tag
+
+    tool = {"spec": {"name": "slow"}, "execute": slow}
+    many = Reply.calls(*(("slow", {"tag": str(i)}, None) for i in range(50)))
+    rt, model = make([many, "done"])
+    assert rt.exec("x", tools=[tool]) == "done"
+    assert most[0] == MAX_PARALLEL_CALLS
+    assert [m.text() for m in tool_results(model.requests[1].messages)] == [
+        str(i) for i in range(50)
+    ]
+
+
 def test_execute_receives_keyword_arguments(make: Any) -> None:
     seen: dict[str, Any] = {}
 
