@@ -250,7 +250,9 @@ class ToolRunner:
                     value = await call_maybe_async(tool.execute, tool.is_async, args)
                     node.output = render_result(value, 2000)
         except Exception as exc:  # any tool failure is reported to the model, not raised
-            return f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}", False
+            # Capped as a result is: an error's text is the tool's to choose, of any length.
+            failed = f"Tool {call.name!r} failed: {type(exc).__name__}: {exc}"
+            return render_result(failed, self.max_result_chars), False
         finally:
             current_policy().reset(token)
         if isinstance(value, ToolContent):

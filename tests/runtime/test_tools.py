@@ -206,6 +206,20 @@ def test_the_calls_of_one_reply_run_at_most_a_few_at_once(make: Any) -> None:
     ]
 
 
+def test_a_tools_failure_reaches_the_model_capped_as_its_results_are(make: Any) -> None:
+    from openprogram_yaml.runtime.toolloop import MAX_RESULT_CHARS
+
+    def loud() -> str:
+        raise ValueError("x" * 5_000_000)
+
+    tool = {"spec": {"name": "loud"}, "execute": loud}
+    rt, model = make([Reply.call("loud", {}), "done"])
+    assert rt.exec("x", tools=[tool]) == "done"
+    [sent] = [m.text() for m in tool_results(model.requests[1].messages)]
+    assert sent.startswith("Tool 'loud' failed: ValueError: xxx")
+    assert len(sent) < MAX_RESULT_CHARS + 100 and "[truncated: " in sent
+
+
 def test_execute_receives_keyword_arguments(make: Any) -> None:
     seen: dict[str, Any] = {}
 
