@@ -95,29 +95,39 @@ def read_regular_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
     except OSError as exc:
         raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
     try:
-        # Checked before fdopen, which raises its own error for a folder.
         mode, size = _mode_and_size(descriptor)
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _NOT_REGULAR if test(mode)), "a special file")
             raise NotRegularFile(kind)
         if size > limit:
             raise FileTooLarge(size, limit)
-    except BaseException:
+        data = _read_upto(descriptor, size, limit)
+    finally:
         os.close(descriptor)
-        raise
-    with os.fdopen(descriptor, "rb") as stream:
-        try:
-            # As many bytes as fstat said, + 1 to see a file that grew meanwhile (or one that
-            # says 0 and holds more, as /proc's do), then the rest up to limit + 1. Not one
-            # read of limit + 1: that allocates as much first (16 MiB for a template, 14 us).
-            data = stream.read(size + 1)
-            if len(data) > size:
-                data += stream.read(limit + 1 - len(data))
-        except OSError as exc:
-            raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
     if len(data) > limit:
         raise FileTooLarge(len(data), limit)
     return data
+
+
+def _read_upto(descriptor: int, size: int, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes from ``descriptor``: as many as fstat said, + 1 to see a
+    file that grew meanwhile (or one that says 0 and holds more, as /proc's do), then the
+    rest up to ``limit + 1``. Read from the descriptor itself: a file object around it (its
+    buffer and its own fstat) cost as much as reading a small file."""
+    chunks: list[bytes] = []
+    want = size + 1
+    got = 0
+    try:
+        while got <= limit:
+            chunk = os.read(descriptor, min(want, limit + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+            want = max(want - len(chunk), 64 * 1024)
+    except OSError as exc:
+        raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _mode_and_size(descriptor: int) -> tuple[int, int]:
