@@ -14,7 +14,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .._file_reads import file_stamp
 from ..errors import Diagnostic
 from ..runtime.validation import SchemaValidator
 from ..runtimes.rules import RuntimeRule
@@ -111,7 +110,7 @@ def _template(
         # template engine does): a file replaced meanwhile by one with an older stamp
         # (rsync -a, cp -p, tar) is read again, or this agent's read-set, taken from the
         # file as it is now, would vouch for a text it was not built from.
-        stamp = file_stamp(target)
+        stamp = col.stamp(target)
         known = col.prompt_files.get(target)
         if known is None or stamp is None or known[2] != stamp:
             shown = str(display_path(target))

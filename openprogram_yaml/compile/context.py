@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._file_reads import file_stamp
 from ..errors import ConfigError, Diagnostic
 from ..redaction import redact
 from ..spec.positions import TextOrigin
@@ -43,6 +44,19 @@ class Collector:
         #: compile, by path: (the path as messages show it, its text, its stamp as read:
         #: mtime and size). Shared as the above.
         self.prompt_files: dict[Path, tuple[str, str, tuple[int, int]]] = {}
+        #: Each file's stamp (mtime and size; None: not there) at this collector's first
+        #: look (``stamp``). One agent's compile looks at a shared template or schema file
+        #: once: the text it reuses, the checks it reuses and its read-set then all speak of
+        #: the file as it was at that look (not each of a later one, which could pair a
+        #: stamp taken after a change with a text read before it).
+        self.stamps: dict[str, tuple[int, int] | None] = {}
+
+    def stamp(self, path: Path | str) -> tuple[int, int] | None:
+        """``file_stamp(path)`` as at this collector's first look at ``path``."""
+        key = str(path)
+        if key not in self.stamps:
+            self.stamps[key] = file_stamp(key)
+        return self.stamps[key]
 
     def at(self, source: SourceMap, loc: Loc, message: str, *, key: bool = False) -> None:
         pos = source.at(loc, key=key)
@@ -73,6 +87,7 @@ class Collector:
             loc=loc,
             shared=self.schema_files,
             resolutions=self.resolutions,
+            stamp=self.stamp,
         )
         self.files.update(bundle.files)
         self.lookups.update(bundle.lookups)
@@ -104,6 +119,7 @@ class Collector:
                 cache_code=not any(secret in text for secret in self.secrets),
                 lookups=self.lookups,
                 real_path=real_path,
+                stamp=self.stamp,
             )
         except ConfigError as exc:
             self._keep(exc.diagnostics)

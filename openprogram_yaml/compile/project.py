@@ -305,7 +305,11 @@ def _compile_agents(
                 continue
             agent = compiled
             files, settled = file_reads(
-                {path, *agent_col.files}, started_ns, checked.digests, {str(path): doc.source.text}
+                {path, *agent_col.files},
+                started_ns,
+                checked.digests,
+                {str(path): doc.source.text},
+                agent_col.stamps,
             )
             lookups = tuple(sorted(agent_col.lookups.items()))
             own = ReadSet(files, lookups, env=_env_reads(doc.env_names, env))

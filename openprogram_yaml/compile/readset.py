@@ -227,6 +227,7 @@ def file_reads(
     started_ns: int,
     known: dict[tuple[str, int, int], str] | None = None,
     texts: Mapping[str, str] | None = None,
+    stamps: Mapping[str, tuple[int, int] | None] | None = None,
 ) -> tuple[tuple[FileRead, ...], bool]:
     """What each file holds now, for a compile that started at ``started_ns``; and whether
     all are settled.
@@ -239,10 +240,19 @@ def file_reads(
     trusts that stamp. ``texts``: what this compile read from some paths (an agent's own
     file), as UTF-8 text; a settled file has not changed since before the compile began,
     so it still holds that text, which is hashed instead of reading the file again.
+    ``stamps``: the stamps the compile took of some paths before reading them
+    (``Collector.stamp``); a settled one whose digest ``known`` holds is what the compile
+    read, and is taken as it is, without looking at the file again.
     """
     out = []
     all_settled = True
     for path in sorted(map(str, paths)):
+        seen = stamps.get(path) if stamps is not None else None
+        if seen is not None and known is not None and settled(seen[0], started_ns):
+            digest = known.get((path, *seen))
+            if digest is not None:
+                out.append((path, *seen, digest))
+                continue
         try:
             st = os.stat(path)
         except OSError:

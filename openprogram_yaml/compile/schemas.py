@@ -360,16 +360,18 @@ def bundle_schema(
     search: Sequence[Path] = (),
     shared: SchemaFiles | None = None,
     resolutions: Resolutions | None = None,
+    stamp: Callable[[Path], tuple[int, int] | None] = file_stamp,
 ) -> SchemaBundle:
     """Inline file references in ``schema`` and check it is a valid JSON Schema.
 
     A ``$ref`` is relative to the file naming it; one not found there is looked up in the
     ``search`` folders (the project's schema folders). ``shared`` holds the files already
-    parsed in this compile, ``resolutions`` the paths already resolved.
+    parsed in this compile, ``resolutions`` the paths already resolved. ``stamp`` looks at
+    a file a kept bundle read (``Collector.stamp``: once an agent).
     """
     key = _sharing_key(schema, base_file) if shared is not None else None
     known = shared.bundled.get(key) if shared is not None and key is not None else None
-    if known is not None and all(file_stamp(path) == stamp for path, stamp in known[1]):
+    if known is not None and all(stamp(path) == seen for path, seen in known[1]):
         files = {path for path, _ in known[1]}
         return SchemaBundle(_copied(known[0]), files, [], dict(known[2]))
     bundler = _Bundler(root, search, shared, resolutions)

@@ -32,7 +32,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -209,6 +209,7 @@ class TemplateEngine:
         cache_code: bool = True,
         lookups: dict[str, str] | None = None,
         real_path: Path | None = None,
+        stamp: Callable[[str], tuple[int, int] | None] = file_stamp,
     ) -> CompiledTemplate:
         """Check ``source`` and every template it pulls in; raise ConfigError listing all
         problems, or return a template ready to render.
@@ -219,6 +220,7 @@ class TemplateEngine:
         cache (for a source holding a secret). ``lookups`` receives every path looked at
         while resolving template names, with what was there (``paths.entry_kind``).
         ``real_path``: the file at ``origin``, links resolved, when the caller has it.
+        ``stamp`` looks at a file a check kept pulls in (``Collector.stamp``: once an agent).
         """
 
         started_ns = time.time_ns()  # before anything is read: see _all_settled
@@ -234,7 +236,7 @@ class TemplateEngine:
         known = self._checked.get(checked_key)
         if (
             known is not None
-            and all(file_stamp(k) == v for k, v in known[3].items())
+            and all(stamp(k) == v for k, v in known[3].items())
             and all(entry_kind(k) == v or link_kind(k) == v for k, v in known[4].items())
         ):
             # The same text, seeing the same names from the same folder, with every file it
