@@ -20,6 +20,7 @@ __all__ = [
     "file_stamp",
     "open_regular",
     "read_regular_file",
+    "read_stamped_file",
 ]
 
 #: The largest media file (an image, a PDF, audio) a run reads or carries: 20 MiB of raw
@@ -88,6 +89,13 @@ def read_regular_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
     Raises ``FileTooLarge`` when it holds more, ``NotRegularFile`` for a folder, FIFO, socket
     or device, ``FileRefused`` when it is missing or cannot be opened or read.
     """
+    return read_stamped_file(path, limit=limit)[0]
+
+
+def read_stamped_file(path: str | os.PathLike[str], *, limit: int) -> tuple[bytes, tuple[int, int]]:
+    """``read_regular_file``, with the file's stamp (``file_stamp``: modification time and
+    size) as it was just before the bytes were read, from the descriptor read: what they
+    are the contents of, whatever takes the file's name afterwards."""
     try:
         descriptor = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
@@ -95,7 +103,7 @@ def read_regular_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
     except OSError as exc:
         raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
     try:
-        mode, size = _mode_and_size(descriptor)
+        mode, size, mtime_ns = _mode_and_size(descriptor)
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _NOT_REGULAR if test(mode)), "a special file")
             raise NotRegularFile(kind)
@@ -106,7 +114,7 @@ def read_regular_file(path: str | os.PathLike[str], *, limit: int) -> bytes:
         os.close(descriptor)
     if len(data) > limit:
         raise FileTooLarge(len(data), limit)
-    return data
+    return data, (mtime_ns, size)
 
 
 def _read_upto(descriptor: int, size: int, limit: int) -> bytes:
@@ -130,12 +138,12 @@ def _read_upto(descriptor: int, size: int, limit: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _mode_and_size(descriptor: int) -> tuple[int, int]:
+def _mode_and_size(descriptor: int) -> tuple[int, int, int]:
     try:
         info = os.fstat(descriptor)
     except OSError as exc:
         raise FileRefused(f"cannot read file: {exc.strerror or exc}") from None
-    return info.st_mode, info.st_size
+    return info.st_mode, info.st_size, info.st_mtime_ns
 
 
 def file_stamp(path: str | os.PathLike[str]) -> tuple[int, int] | None:

@@ -304,6 +304,8 @@ def _compile_agents(
                 failed[doc.spec.name] = path
                 continue
             agent = compiled
+            # The agent file as read: its text, and its stamp from the descriptor read.
+            agent_col.stamps[str(path)] = doc.source.stamp
             files, settled = file_reads(
                 {path, *agent_col.files},
                 started_ns,

@@ -241,15 +241,20 @@ def file_reads(
     file), as UTF-8 text; a settled file has not changed since before the compile began,
     so it still holds that text, which is hashed instead of reading the file again.
     ``stamps``: the stamps the compile took of some paths before reading them
-    (``Collector.stamp``); a settled one whose digest ``known`` holds is what the compile
-    read, and is taken as it is, without looking at the file again.
+    (``Collector.stamp``, or the descriptor a text was read from); a settled one whose
+    digest ``known`` holds, or whose text ``texts`` holds, is what the compile read, and is
+    taken as it is, without looking at the file again (which another may have taken the
+    place of since, even with an older time).
     """
     out = []
     all_settled = True
     for path in sorted(map(str, paths)):
         seen = stamps.get(path) if stamps is not None else None
-        if seen is not None and known is not None and settled(seen[0], started_ns):
-            digest = known.get((path, *seen))
+        if seen is not None and settled(seen[0], started_ns):
+            digest = known.get((path, *seen)) if known is not None else None
+            text = texts.get(path) if texts is not None and digest is None else None
+            if text is not None:
+                digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
             if digest is not None:
                 out.append((path, *seen, digest))
                 continue

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .._file_reads import FileRefused, FileTooLarge, NotRegularFile, read_regular_file
+from .._file_reads import FileRefused, FileTooLarge, NotRegularFile, read_stamped_file
 from ..errors import ConfigError, Diagnostic
 
-__all__ = ["MAX_TEXT_BYTES", "UnreadableFile", "decode_text", "read_text"]
+__all__ = ["MAX_TEXT_BYTES", "UnreadableFile", "decode_text", "read_stamped_text", "read_text"]
 
 #: The largest config, template or schema file read. Far above any real one: a prompt this
 #: long would be millions of tokens, and a YAML document past 100,000 values is refused anyway.
@@ -41,9 +41,15 @@ def read_text(path: Path | str, shown: str | None = None) -> str:
 
     ``shown`` is the path as messages name it (default: ``path``).
     """
+    return read_stamped_text(path, shown)[0]
+
+
+def read_stamped_text(path: Path | str, shown: str | None = None) -> tuple[str, tuple[int, int]]:
+    """``read_text``, with the stamp of the file the text was read from
+    (``_file_reads.read_stamped_file``)."""
     shown = str(path) if shown is None else shown
     try:
-        data = read_regular_file(path, limit=MAX_TEXT_BYTES)
+        data, stamp = read_stamped_file(path, limit=MAX_TEXT_BYTES)
     except FileTooLarge:
         mib = MAX_TEXT_BYTES // (1024 * 1024)
         message = (
@@ -56,7 +62,7 @@ def read_text(path: Path | str, shown: str | None = None) -> str:
     except FileRefused as exc:
         message = exc.reason
         raise UnreadableFile(Diagnostic(shown, 0, 0, message), inside=False) from None
-    return decode_text(data, shown)
+    return decode_text(data, shown), stamp
 
 
 def decode_text(data: bytes, shown: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import ConfigError, Diagnostic
 from .positions import Position, TextOrigin
-from .textfile import read_text
+from .textfile import read_stamped_text
 
 __all__ = ["LoadedYAML", "Loc", "SourceMap", "load_yaml_file", "load_yaml_text"]
 
@@ -44,6 +44,9 @@ class SourceMap:
     keys: dict[Loc, tuple[int, int]] = field(default_factory=dict)
     #: The YAML style of string scalars that are not plain ("'", '"', "|", ">").
     styles: dict[Loc, str] = field(default_factory=dict)
+    #: The file's modification time (ns) and size as ``text`` was read from it; None for a
+    #: text that was not read from a file.
+    stamp: tuple[int, int] | None = None
 
     def at(self, loc: Loc, *, key: bool = False) -> Position:
         """The best-known position for ``loc``: the node itself, else its nearest parent."""
@@ -372,7 +375,7 @@ def load_yaml_text(text: str, path: str) -> Iterator[LoadedYAML]:
 def load_yaml_file(path: Path, *, display: str | None = None) -> LoadedYAML:
     """The single YAML document in ``path``."""
     shown = display or str(path)
-    text = read_text(path, shown)
+    text, stamp = read_stamped_text(path, shown)
     docs = list(load_yaml_text(text, shown))
     if not docs:
         raise ConfigError(Diagnostic(shown, 1, 1, _no_document(text)))
@@ -380,6 +383,7 @@ def load_yaml_file(path: Path, *, display: str | None = None) -> LoadedYAML:
         raise ConfigError(
             Diagnostic(shown, 1, 1, "the file holds several YAML documents; keep one per file")
         )
+    docs[0].source.stamp = stamp
     return docs[0]
 
 

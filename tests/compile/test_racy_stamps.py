@@ -87,3 +87,48 @@ def test_a_whole_second_stamp_is_not_settled_until_a_tick_of_two_seconds_has_pas
     # A finer stamp as old as the first is settled, as before.
     os.utime(path, ns=(whole + 1, whole + 1))
     assert file_reads([path], started)[1]
+
+
+def test_an_agent_file_replaced_while_it_compiles_is_not_kept_by_the_new_files_stamp(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # The compile imports a python tool's module after reading the agent file; this one
+    # replaces the file, as `cp -p` or `rsync -a` would: new text of the same size, with an
+    # older time. The read-set took the file's stamp after the compile, so it paired the
+    # new file's stamp with the old text: the compile cache kept the old program, and every
+    # later run was served it.
+    from openprogram_yaml.compile.cache import compile_cached
+
+    monkeypatch.setenv("OPENPROGRAM_CACHE_DIR", str(tmp_path / "cache"))
+    tmp_path = tmp_path / "project"  # the cache is kept outside the project
+    tmp_path.mkdir()
+    agent = tmp_path / "a.yaml"
+    text = (
+        "version: 1\nname: a\nmodel: test\n"
+        "tools:\n  t: {python: 'swapper_mid_compile:t'}\n"
+        "methods:\n  ask: {prompt: ONE}\n"
+    )
+    agent.write_text(text, encoding="utf-8")
+    old = time.time_ns() - 100 * SECOND
+    os.utime(agent, ns=(old, old))
+    (tmp_path / "swapper_mid_compile.py").write_text(
+        "import os\n"
+        f"path = {str(agent)!r}\n"
+        "with open(path, encoding='utf-8') as f:\n"
+        "    text = f.read()\n"
+        "if 'prompt: ONE' in text:\n"
+        "    with open(path + '.new', 'w', encoding='utf-8') as f:\n"
+        "        f.write(text.replace('prompt: ONE', 'prompt: TWO'))\n"
+        f"    os.utime(path + '.new', ns=({old - 50 * SECOND}, {old - 50 * SECOND}))\n"
+        "    os.replace(path + '.new', path)\n"
+        "def t() -> str:\n"
+        "    return 'x'\n",
+        encoding="utf-8",
+    )
+    os.utime(tmp_path / "swapper_mid_compile.py", ns=(old, old))  # settled: kept by stamp
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = compile_cached(agent)
+    assert first.agents["a"].methods["ask"].prompt.render({}) == "ONE"
+    assert "prompt: TWO" in agent.read_text(encoding="utf-8")
+    again = compile_cached(agent)
+    assert again.agents["a"].methods["ask"].prompt.render({}) == "TWO"
