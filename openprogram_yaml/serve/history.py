@@ -146,7 +146,8 @@ class RunHistory:
                 tail = file.read(MAX_FILE_TAIL)
         except OSError:
             return []
-        lines = tail.decode("utf-8", errors="replace").split("\n")  # as trace_json
+        text = tail.decode("utf-8", errors="replace")
+        lines = [line for line in text.split("\n") if line]  # as trace_json
         if size > MAX_FILE_TAIL:
             lines = lines[1:]  # begun before the part read
         found: list[JSONObject] = []
