@@ -35,6 +35,8 @@ BASE: dict[str, frozenset[str]] = {
     "_git": frozenset(),
     # Regular expressions of a repository that would backtrack without end (tests, schemas).
     "regex_safety": frozenset(),
+    # Outside text shown on a terminal as text (the command line, serve's and mcp's logs).
+    "shown_text": frozenset(),
 }
 
 #: The contract, top (front ends) to bottom. Read "runner may import run, compile, …".

@@ -45,8 +45,8 @@ from ..run.batch.rows import (
     unreadable,
 )
 from ..run.costs import cost_text, usage_line
+from ..shown_text import shown_on_terminal
 from .json_text import safe_json_text
-from .terminal_asker import shown_on_terminal
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID

@@ -109,7 +109,7 @@ def _chat_parser() -> argparse.ArgumentParser:
 def _say(text: str, secrets: frozenset[str] = frozenset()) -> None:
     """A line of the chat's own (not an answer) on stderr, redacted, and shown on a terminal,
     never obeyed: it may quote what a session store or a reload holds."""
-    from .terminal_asker import shown_on_terminal
+    from ..shown_text import shown_on_terminal
 
     sys.stderr.write(shown_on_terminal(redact(text, secrets)) + "\n")
     sys.stderr.flush()
@@ -264,8 +264,8 @@ class _Chat:
     # --- a message ----------------------------------------------------------------------
 
     async def _answer(self, service: RunService, line: str) -> None:
+        from ..shown_text import shown_on_terminal
         from .display import RunDisplay
-        from .terminal_asker import shown_on_terminal
 
         program, _ = self.holder.snapshot()
         try:
@@ -513,8 +513,8 @@ def sessions_command(argv: Sequence[str]) -> int:
 
 
 def _sessions_action(store: SessionStore, args: argparse.Namespace) -> int:
+    from ..shown_text import shown_on_terminal
     from .json_text import safe_json_text
-    from .terminal_asker import shown_on_terminal
 
     out = sys.stdout
     # What a store holds (a model's messages; names, when another program wrote it) is

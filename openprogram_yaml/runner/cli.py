@@ -213,7 +213,7 @@ def _print_problems(diagnostics: Sequence[Diagnostic], found: str) -> None:
     """Each problem on stderr, then how many were ``found``. A problem quotes the
     repository's files (a key, a recording's name): shown as text, never obeyed (an escape
     sequence among them would drive the terminal)."""
-    from .terminal_asker import shown_on_terminal
+    from ..shown_text import shown_on_terminal
 
     for d in diagnostics:
         _emit(sys.stderr, shown_on_terminal(str(d)))
@@ -340,7 +340,7 @@ def _format_output(output: object) -> str:
 def _usage_failed(exc: Exception, secrets: frozenset[str]) -> int:
     """Report a usage error (redacted; its control characters shown as text, since it may
     quote the repository's files or a dataset); the exit status 2."""
-    from .terminal_asker import shown_on_terminal
+    from ..shown_text import shown_on_terminal
 
     _emit(sys.stderr, shown_on_terminal(f"error: {exc}"), secrets)
     return 2
@@ -470,7 +470,7 @@ def _cmd_run(argv: Sequence[str]) -> int:
     elif record.error is None and not shown:
         text = _format_output(record.output)
         if sys.stdout.isatty():  # what the model wrote is shown there, never obeyed
-            from .terminal_asker import shown_on_terminal
+            from ..shown_text import shown_on_terminal
 
             text = shown_on_terminal(text)
         _emit(sys.stdout, text, secrets)
@@ -927,7 +927,7 @@ def _cmd_render(argv: Sequence[str]) -> int:
         )
     )
     from ..redaction import redact
-    from .terminal_asker import shown_on_terminal
+    from ..shown_text import shown_on_terminal
 
     data = rendered.request
     if data is None:

@@ -33,9 +33,9 @@ from ..errors import ConfigError
 from ..json_types import JSONObject, JSONValue
 from ..run.render import format_request, render_method
 from ..run.version import VersionStamp
+from ..shown_text import shown_on_terminal
 from .checkouts import Checkout, GitRepository, checkouts
 from .lock import LOCK_FILE, check_lock, lock_data
-from .terminal_asker import shown_on_terminal
 from .testing import TestOutcome, run_tests
 
 __all__ = ["CaseChange", "MethodChange", "VersionDiff", "diff_versions", "to_markdown", "to_text"]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from ..json_types import JSONObject, JSONValue
 from ..redaction import StreamRedactor, redact
-from .terminal_asker import shown_on_terminal
+from ..shown_text import shown_on_terminal
 
 if TYPE_CHECKING:
     from rich.console import Console

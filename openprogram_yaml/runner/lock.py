@@ -18,8 +18,8 @@ from .._file_writes import write_atomically
 from ..compile.program import Program
 from ..errors import ConfigError, Diagnostic
 from ..json_types import parse_json
+from ..shown_text import shown_on_terminal
 from ..spec.textfile import UnreadableFile, read_text
-from .terminal_asker import shown_on_terminal
 
 __all__ = ["LOCK_FILE", "check_lock", "lock_data", "write_lock"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .terminal_asker import shown_on_terminal
+from ..shown_text import shown_on_terminal
 
 __all__ = ["describe_error"]
 

@@ -10,30 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..errors import UserDeclined
 from ..json_types import JSONValue
 from ..runtime.asking import Question, check_answer
+from ..shown_text import shown_on_terminal
 
 if TYPE_CHECKING:
     from .testing import Writer
 
-__all__ = ["TerminalAsker", "shown_on_terminal"]
+__all__ = ["TerminalAsker"]
 
 # What the model wrote (an ask_user question, a confirmation templated from a tool call's
 # arguments) must not drive the terminal: an escape sequence could rewrite the very line the
-# person approves. Control characters (but line breaks and tabs) and bidi overrides are
-# shown escaped. The run's display (``runner.display``) shows answers and tool lines so too.
-_UNSHOWN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def shown_on_terminal(text: str) -> str:
-    """``text`` with its control characters (but line breaks and tabs) and bidi overrides
-    escaped (``\\x1b``), so that it shows on a terminal as text and drives nothing."""
-    return _UNSHOWN.sub(lambda m: ascii(m.group())[1:-1], text)
+# person approves; it is shown as text (``shown_text``), as the run's display shows answers.
 
 
 class TerminalAsker:

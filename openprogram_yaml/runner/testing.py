@@ -29,7 +29,7 @@ from ..runtime.context import current_test
 from ..runtime.toolgate import arguments_match
 from ..runtime.trace import SessionTrace
 from ..runtimes.protocol import SelectorWrapper
-from .terminal_asker import shown_on_terminal
+from ..shown_text import shown_on_terminal
 
 __all__ = ["TestOutcome", "check_expectations", "matrix_table", "results_json", "run_tests"]
 

@@ -21,9 +21,9 @@ from ..run.reload import ProgramHolder, ReloadEvent, describe_failure, describe_
 from ..run.service import RunService
 from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
 from ..runtime.trace import SessionTrace
+from ..shown_text import shown_on_terminal
 from .json_text import safe_json_text
 from .run_errors import describe_error
-from .terminal_asker import shown_on_terminal
 
 __all__ = ["watch_and_run"]
 

@@ -16,7 +16,7 @@ from ..run.record import RecordLog
 from ..run.reload import ProgramHolder, describe_failure, describe_reload
 from ..run.service import RunService
 from ..run.shutdown import DEFAULT_GRACE_S, stop_on_signals
-from ..runner.terminal_asker import shown_on_terminal
+from ..shown_text import shown_on_terminal
 from .app import Server, ServeState, shown_host
 from .guard import ServeLimits
 from .history import RunHistory
