@@ -8,18 +8,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support import JANITOR_TOOLS
 
 from openprogram_yaml.json_types import JSONObject
 from openprogram_yaml.run.questions import PendingQuestions
 from openprogram_yaml.run.reload import ProgramHolder
 from openprogram_yaml.run.service import RunService
 from openprogram_yaml.serve.app import Server, ServeState
-
-TOOLS = '''
-def remove(path: str) -> str:
-    """Remove a file."""
-    return f"removed {path}"
-'''
 
 AGENT = """\
 version: 1
@@ -38,7 +33,7 @@ methods:
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Path:
-    (tmp_path / "janitor_tools.py").write_text(TOOLS)
+    (tmp_path / "janitor_tools.py").write_text(JANITOR_TOOLS)
     path = tmp_path / "agent.yaml"
     path.write_text(AGENT)
     return path
@@ -136,7 +131,7 @@ def test_a_question_holding_a_secret_is_listed_redacted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("JANITOR_TOKEN", "tok-s3cret-value-123")
-    (tmp_path / "janitor_tools.py").write_text(TOOLS)
+    (tmp_path / "janitor_tools.py").write_text(JANITOR_TOOLS)
     path = tmp_path / "agent.yaml"
     path.write_text(
         AGENT.replace('"Remove {{ path }}?"', '"Remove {{ path }} as ${env:JANITOR_TOKEN}?"')
