@@ -16,18 +16,36 @@ the baselines held to the goal do the same, and the untuned baseline is printed 
 them. This package's bytecode is compiled first, as an installed package's would be, and
 the runs use a cache folder of their own.
 
-    python benchmarks/startup.py [--runs 31]
+Where the package is installed matters. An editable install (``pip install -e .``, what the
+README's commands and CI make) puts a finder in ``site-packages`` that every process of the
+environment imports at start-up, ``python -c pass`` included, and it loads ``re``,
+``pathlib`` and ``urllib``: both sides of every ratio then carry those imports, which hides
+what this package costs. So by default (``--layout installed``) the package is installed
+the way ``pip install openprogram-yaml`` leaves it: built as a wheel by pip, into a fresh
+virtual environment that sees this environment's dependencies (a ``.pth`` naming its
+``site-packages``, whose own ``.pth`` files, the editable finder among them, are not run),
+and every side is measured on that environment's interpreter, console script included.
+Building the wheel takes pip's isolated build environment (setuptools, from the package
+index or pip's cache). ``--layout editable`` measures this checkout as it is installed
+(what ``check.py`` guards in CI).
+
+    python benchmarks/startup.py [--runs 31] [--layout installed|editable]
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
+import venv
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from _common import ROOT, median, report
@@ -47,20 +65,66 @@ GOALS = [
 ]
 
 
-def cli() -> list[str]:
-    return [
-        sys.executable,
-        "-c",
-        "from openprogram_yaml.runner.cli import entrypoint; entrypoint()",
-    ]
+@dataclass(frozen=True)
+class Layout:
+    """Where the measured processes run: an interpreter and the console script beside it."""
+
+    name: str
+    python: str
+
+    def script(self) -> list[str]:
+        found = Path(self.python).parent / "openprogram-run"
+        if found.exists():
+            return [str(found)]
+        return [
+            self.python,
+            "-c",
+            "from openprogram_yaml.runner.cli import entrypoint; entrypoint()",
+        ]
 
 
-def script() -> list[str]:
-    found = Path(sys.executable).parent / "openprogram-run"
-    return [str(found)] if found.exists() else cli()
+EDITABLE = Layout("editable", sys.executable)
 
 
-def libraries_needed(env: dict[str, str]) -> list[str]:
+@contextlib.contextmanager
+def installed_layout() -> Iterator[Layout]:
+    """A fresh environment holding the package as ``pip install`` leaves it (see above)."""
+    with tempfile.TemporaryDirectory(prefix="bench-installed-") as folder:
+        env_dir = Path(folder) / "env"
+        venv.EnvBuilder(with_pip=False, symlinks=os.name != "nt").create(env_dir)
+        bindir = "Scripts" if os.name == "nt" else "bin"
+        python = str(env_dir / bindir / Path(sys.executable).name)
+        site = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        # This environment's packages (the dependencies, and pip to install with), on the
+        # path as a folder: the .pth files in it, the editable finder's among them, are not run.
+        ours = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
+        Path(site, "_benchmark_dependencies.pth").write_text("\n".join(ours) + "\n")
+        subprocess.run(
+            [python, "-m", "pip", "install", "--quiet", "--no-deps", str(ROOT)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        yield Layout("installed", python)
+
+
+def package_folder(layout: Layout) -> Path:
+    """Where ``layout``'s interpreter imports this package from."""
+    done = subprocess.run(
+        [layout.python, "-c", "import openprogram_yaml; print(openprogram_yaml.__file__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tempfile.gettempdir(),
+    )
+    return Path(done.stdout.strip()).parent
+
+
+def libraries_needed(layout: Layout, env: dict[str, str]) -> list[str]:
     """Every module the offline run imports that is not ours: third-party and standard
     library alike, submodules included, in the order the run loads them.
 
@@ -81,7 +145,7 @@ def libraries_needed(env: dict[str, str]) -> list[str]:
         "    and getattr(sys.modules.get(n), '__file__', None)))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, env=env
+        [layout.python, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True, env=env
     )
     return done.stdout.split()
 
@@ -112,24 +176,30 @@ def ratio(times: dict[str, list[float]], top: str, bottom: str) -> float:
     return median([t / b for t, b in zip(times[top], times[bottom], strict=True)])
 
 
-def measure(runs: int) -> tuple[dict[str, list[float]], list[str], list[str]]:
+def measure(
+    runs: int, layout: Layout = EDITABLE
+) -> tuple[dict[str, list[float]], list[str], list[str]]:
     """Times of every side (seconds, one per round) and the modules of both offline runs."""
-    compileall.compile_dir(str(ROOT / "openprogram_yaml"), quiet=1)
+    compileall.compile_dir(str(package_folder(layout)), quiet=1)
+    python, script = layout.python, layout.script()
+    # PYTHONSAFEPATH: `python -c` run in this checkout would otherwise import the package
+    # from it (the current folder comes first on the path), not from the layout's install.
+    base = {**os.environ, "PYTHONSAFEPATH": "1"}
     with tempfile.TemporaryDirectory() as cache:
-        warm = {**os.environ, "OPENPROGRAM_CACHE_DIR": cache}
-        cold = {**os.environ, "OPENPROGRAM_CACHE": "off"}
-        timed([*script(), *OFFLINE], warm)  # compile once: later runs find the program kept
-        libs = libraries_needed(warm)
-        cold_libs = libraries_needed(cold)
+        warm = {**base, "OPENPROGRAM_CACHE_DIR": cache}
+        cold = {**base, "OPENPROGRAM_CACHE": "off"}
+        timed([*script, *OFFLINE], warm)  # compile once: later runs find the program kept
+        libs = libraries_needed(layout, warm)
+        cold_libs = libraries_needed(layout, cold)
         sides = {
-            "python -c pass": ([sys.executable, "-c", "pass"], warm),
-            "openprogram-run --help": ([*script(), "--help"], warm),
-            "offline run": ([*script(), *OFFLINE], warm),
-            "  import its modules": ([sys.executable, "-c", _importer(libs, quiet_gc=True)], warm),
-            "  the same, collector untuned": ([sys.executable, "-c", _importer(libs)], warm),
-            "first offline run (cache off)": ([*script(), *OFFLINE], cold),
+            "python -c pass": ([python, "-c", "pass"], warm),
+            "openprogram-run --help": ([*script, "--help"], warm),
+            "offline run": ([*script, *OFFLINE], warm),
+            "  import its modules": ([python, "-c", _importer(libs, quiet_gc=True)], warm),
+            "  the same, collector untuned": ([python, "-c", _importer(libs)], warm),
+            "first offline run (cache off)": ([*script, *OFFLINE], cold),
             "  import its modules ": (
-                [sys.executable, "-c", _importer(cold_libs, quiet_gc=True)],
+                [python, "-c", _importer(cold_libs, quiet_gc=True)],
                 cold,
             ),
         }
@@ -156,9 +226,18 @@ def measure(runs: int) -> tuple[dict[str, list[float]], list[str], list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=31)
+    parser.add_argument(
+        "--layout",
+        choices=["installed", "editable"],
+        default="installed",
+        help="the package as pip install leaves it (default), or this checkout as installed",
+    )
     args = parser.parse_args()
-    times, libs, cold_libs = measure(args.runs)
-    print(f"startup: whole processes, median of {args.runs} interleaved runs")
+    with contextlib.ExitStack() as stack:
+        layout = stack.enter_context(installed_layout()) if args.layout == "installed" else EDITABLE
+        times, libs, cold_libs = measure(args.runs, layout)
+    where = "installed from a wheel" if args.layout == "installed" else "as this checkout is"
+    print(f"startup: whole processes, median of {args.runs} interleaved runs; the package {where}")
     for name, found in (("offline run", libs), ("first offline run", cold_libs)):
         tops = sorted({m.split(".")[0] for m in found if not m.startswith("_")})
         print(f"  modules the {name} imports (not ours): {len(found)}")
