@@ -13,24 +13,27 @@ Goals, at each size:
 The check's CPU time (user + system, of the process) is reported beside its wall-clock
 time, as a ratio to the floor's.
 
-The repository is written to a temporary folder and removed afterwards. This package's
-bytecode is compiled first, as an installed package's would be (with
-``PYTHONDONTWRITEBYTECODE`` set, each ``check`` process would otherwise compile every module
-edited since its last compile from source: about 50 ms of a one-agent check).
+The repository is written to a temporary folder and removed afterwards. ``check`` and the
+floor run on the package installed from a wheel, as ``startup.py`` measures it (its
+``installed_layout``: the editable install's finder, which every process of this environment
+imports at start-up, would add the same ``re`` and ``pathlib`` imports to both sides);
+``--layout editable`` runs them on this checkout as installed. The package's bytecode is
+compiled first, as an installed package's would be (with ``PYTHONDONTWRITEBYTECODE`` set,
+each ``check`` process would otherwise compile every module edited since its last compile
+from source: about 50 ms of a one-agent check).
 
-    python benchmarks/compile.py [--agents 1000,10000] [--runs 3] [--edits 9]
+    python benchmarks/compile.py [--agents 1000,10000] [--runs 3] [--edits 9] [--layout ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
+import contextlib
 import gc
 import json
 import os
-import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -38,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _common import median, report
+from startup import EDITABLE, Layout, installed_layout, package_folder
 
 TEMPLATES = 50
 SCHEMAS = 50
@@ -119,11 +123,6 @@ def write_repository(root: Path, agents: int) -> list[Path]:
     return files
 
 
-def openprogram_run() -> str:
-    found = Path(sys.executable).parent / "openprogram-run"
-    return str(found) if found.exists() else (shutil.which("openprogram-run") or "openprogram-run")
-
-
 #: The floor ``check`` is measured against: read every file, parse the YAML and JSON ones
 #: (PyYAML's C safe loader when it is there, as the spec reader does; templates are only
 #: read).
@@ -172,13 +171,13 @@ class CheckTimes:
     summary: str
 
 
-def time_check(root: Path, runs: int) -> CheckTimes:
+def time_check(root: Path, runs: int, layout: Layout) -> CheckTimes:
     """The whole ``check`` process against the floor, alternately: wall-clock and CPU."""
     rounds = []
     peak, summary = 0, ""
     for _ in range(runs):
-        floor = _run([sys.executable, "-c", FLOOR, str(root)])
-        check = _run([openprogram_run(), "check", str(root)])
+        floor = _run([layout.python, "-c", FLOOR, str(root)])
+        check = _run([*layout.script(), "check", str(root)])
         if floor[3] != 0 or check[3] != 0:
             raise SystemExit(f"check or floor failed:\n{check[4]}{floor[4]}")
         summary = check[4].strip().splitlines()[-1]
@@ -228,20 +227,28 @@ def main() -> None:
     parser.add_argument("--agents", default="1000,10000", help="repository sizes")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--edits", type=int, default=9)
+    parser.add_argument("--layout", choices=["installed", "editable"], default="installed")
     args = parser.parse_args()
-    import openprogram_yaml  # the package the check processes import, as this one does
+    with contextlib.ExitStack() as stack:
+        layout = stack.enter_context(installed_layout()) if args.layout == "installed" else EDITABLE
+        measure(args, layout)
 
-    compileall.compile_dir(str(Path(openprogram_yaml.__file__).parent), quiet=1)
+
+def measure(args: argparse.Namespace, layout: Layout) -> None:
+    compileall.compile_dir(str(package_folder(layout)), quiet=1)
     with tempfile.TemporaryDirectory(prefix="op-compile-bench-") as tmp:
         write_repository(Path(tmp), 1)
-        base_kb = _run([openprogram_run(), "check", tmp])[2]  # one agent: the process itself
+        base_kb = _run([*layout.script(), "check", tmp])[2]  # one agent: the process itself
     for size in [int(n) for n in args.agents.split(",")]:
         with tempfile.TemporaryDirectory(prefix="op-compile-bench-") as tmp:
             root = Path(tmp)
             files = write_repository(root, size)
-            times = time_check(root, args.runs)
+            times = time_check(root, args.runs, layout)
             recompile, held_kb = time_recompile(root, files, args.edits)
-        print(f"compile: {size} agent files ({times.summary}); pid {os.getpid()}")
+        print(
+            f"compile: {size} agent files ({times.summary}); pid {os.getpid()}; "
+            f"check and floor on the {layout.name} package"
+        )
         report(
             f"full check / read-and-parse floor (median of {args.runs})",
             f"{times.check_s:.2f} s / {times.floor_s:.2f} s = {times.ratio:.2f}x",
