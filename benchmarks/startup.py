@@ -104,11 +104,18 @@ def installed_layout() -> Iterator[Layout]:
         # path as a folder: the .pth files in it, the editable finder's among them, are not run.
         ours = dict.fromkeys([sysconfig.get_path("purelib"), sysconfig.get_path("platlib")])
         Path(site, "_benchmark_dependencies.pth").write_text("\n".join(ours) + "\n")
-        subprocess.run(
+        built = subprocess.run(
             [python, "-m", "pip", "install", "--quiet", "--no-deps", str(ROOT)],
-            check=True,
             stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
         )
+        if built.returncode != 0:
+            raise SystemExit(
+                f"{built.stderr}\ncould not install the package from a wheel (pip's build "
+                "needs setuptools, from the package index or pip's cache); "
+                "--layout editable measures this checkout as installed"
+            )
         yield Layout("installed", python)
 
 
