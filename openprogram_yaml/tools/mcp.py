@@ -13,7 +13,8 @@ The SDK's clients are anyio context managers, which must be entered and left by 
 task. So each connection lives in one long-lived task that owns the ``Client`` context and
 waits for ``stop``; callers (the runs) talk to the server through the connected client.
 ``aclose()`` stops that task, and with it the server: stdin closed, then SIGTERM and SIGKILL
-of its process group (the SDK's shutdown). The server's stderr goes to a pipe that a thread
+of its process group (the SDK's shutdown, in ``mcp_stdio``: the transport that bounds what
+a stdio server's message may hold). The server's stderr goes to a pipe that a thread
 reads, keeping its last bytes (a server that logs for days fills no disk): they are shown
 when it fails to start.
 
@@ -184,6 +185,8 @@ class _Connection:
     tools: tuple[McpTool, ...] = ()
     #: Why the server stopped answering (None while it answers).
     lost: str | None = None
+    #: Why the transport ended the connection, when it did (a message past its cap).
+    fault: str | None = None
     names: dict[str, str] = field(default_factory=dict)
 
     def usable(self) -> bool:
@@ -300,19 +303,25 @@ class McpServer:
             self._lock = (loop, asyncio.Lock())
         return self._lock[1]
 
-    def _transport(self, stderr: _Stderr | None) -> Transport:
+    def _transport(self, connection: _Connection) -> Transport:
         if self.url is not None:
             from openprogram_yaml.tools.mcp_http import http_transport
 
             return http_transport(self.url, self.headers)
-        from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
+        from openprogram_yaml.tools.mcp_stdio import stdio_transport
 
-        parameters = StdioServerParameters(
-            command=self.command[0], args=list(self.command[1:]), env=self.env, cwd=self.cwd
+        assert connection.stderr is not None
+
+        def on_fault(reason: str) -> None:
+            connection.fault = reason
+
+        return stdio_transport(
+            self.command,
+            env=self.env,
+            cwd=self.cwd,
+            errlog=connection.stderr.writer,
+            on_fault=on_fault,
         )
-        assert stderr is not None
-        return stdio_client(parameters, errlog=stderr.writer)
 
     async def _start(self) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -352,7 +361,7 @@ class McpServer:
         from mcp import Client
 
         try:
-            async with Client(self._transport(connection.stderr), cache=None) as client:
+            async with Client(self._transport(connection), cache=None) as client:
                 tools = await self._list(client)
                 connection.client = client
                 connection.tools = tools
@@ -436,6 +445,12 @@ class McpServer:
             ) from None
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
+                if connection.fault is not None:
+                    connection.lost = connection.fault
+                    raise ToolError(
+                        f"{who} failed on tool {shown!r}: {connection.fault}, so the "
+                        "connection was closed; it starts again on the next run"
+                    ) from None
                 connection.lost = "it stopped (connection closed)"
                 raise ToolError(
                     f"{who} stopped while running tool {shown!r} (connection "

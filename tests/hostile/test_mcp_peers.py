@@ -24,6 +24,7 @@ from aiohttp import web
 from openprogram_yaml.errors import ToolError
 from openprogram_yaml.tools.mcp import McpServer
 from openprogram_yaml.tools.mcp_http import MAX_HTTP_REPLY_BYTES
+from openprogram_yaml.tools.mcp_stdio import MAX_MESSAGE_BYTES
 
 _SERVER = textwrap.dedent(
     """
@@ -149,6 +150,39 @@ def test_a_line_the_sdk_cannot_read_shows_neither_its_secret_nor_a_traceback(
     )
     assert (run.returncode, run.stdout) == (0, "ok\n"), run.stderr
     assert token not in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_result_with_a_lone_surrogate_is_read_with_it_replaced(tmp_path: Path) -> None:
+    # What Python's json.dumps writes for a file name that is not UTF-8. The SDK's parser
+    # refuses the line and drops it: the call waited for its timeout, "did not answer".
+    answer = _OK.replace('"ok"', '"file\\udcff.txt"')
+    assert _call(_server(tmp_path, [_tool({"type": "object"})], [answer])) == "file\ufffd.txt"
+
+
+def test_a_result_written_in_latin_1_is_read_with_the_odd_bytes_replaced(tmp_path: Path) -> None:
+    # A server writing its stdout in another encoding: the line is not UTF-8. Dropped by the
+    # SDK as well, the call waited for its timeout.
+    answer = _OK.replace('"ok"', '"caf\u00e9"')
+    server = _server(tmp_path, [_tool({"type": "object"})], [answer])
+    server.env["PYTHONIOENCODING"] = "latin-1"
+    assert _call(server) == "caf\ufffd"
+
+
+def test_a_message_past_the_cap_over_stdio_fails_the_call_at_once(tmp_path: Path) -> None:
+    # The SDK joined a line's chunks with no limit, each copying all before it: a 50 MB line
+    # took 33 s and 310 MB, and one without end grew until the process died.
+    answer = _OK.replace('"ok"', '"' + "x" * MAX_MESSAGE_BYTES + '"')
+    with pytest.raises(ToolError) as info:
+        _call(_server(tmp_path, [_tool({"type": "object"})], [answer]))
+    message = str(info.value)
+    assert "MCP server 'raw' failed on tool 'raw__find'" in message
+    assert "larger than 67,108,864 bytes" in message
+
+
+def test_a_line_of_many_reads_within_the_cap_is_read_whole(tmp_path: Path) -> None:
+    text = "".join(chr(ord("a") + i % 26) for i in range(3_000_000))
+    answer = _OK.replace('"ok"', json.dumps(text))
+    assert _call(_server(tmp_path, [_tool({"type": "object"})], [answer])) == text
 
 
 # --- over streamable HTTP ---------------------------------------------------------------------
