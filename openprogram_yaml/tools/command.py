@@ -11,9 +11,10 @@ every parameter the element reads is declared a number (``-5`` is then a number)
 The program (the first element) is found with ``shutil.which``, or relative to the working
 directory when it contains a ``/``; the working directory must lie inside the project.
 The run is bounded by ``timeout_s`` (the whole process group is killed) and its output by
-``max_output`` bytes. A zero exit (or one of ``ok_exit_codes``: grep exits 1 when nothing
-matches) returns stdout; any other is a ``ToolError`` with the exit code and the end of
-stderr.
+``max_output`` bytes. The program is done when it exits: what it left running that still
+holds its output open is given half a second to let go, then its group is killed. A zero
+exit (or one of ``ok_exit_codes``: grep exits 1 when nothing matches) returns stdout; any
+other is a ``ToolError`` with the exit code and the end of stderr.
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MAX_OUTPUT = 64 * 1024
 #: Characters of stderr (its end) shown when a command fails.
 ERROR_EXCERPT_CHARS = 2000
+#: Seconds what a program left running (holding its output open) has, once the program
+#: exited, before its process group is killed.
+LEFTOVER_WAIT_S = 0.5
+#: The longest pause between checks of whether the program has exited.
+EXIT_POLL_S = 0.05
 _NUMERIC_TYPES = frozenset({"integer", "number"})
 _READ_SIZE = 65536
 
@@ -231,9 +237,7 @@ class CommandTool(ConfiguredTool):
         stderr = _Capture(self.max_output, keep_tail=True)
         try:
             async with asyncio.timeout(self.timeout_s):
-                await asyncio.gather(
-                    stdout.read(process.stdout), stderr.read(process.stderr), process.wait()
-                )
+                await _finish(process, stdout, stderr)
         except TimeoutError:
             await _kill(process)
             raise ToolError(
@@ -263,9 +267,49 @@ class CommandTool(ConfiguredTool):
         raise ToolError(f"{argv[0]!r} {status}" + (f":\n{detail}" if detail else ""))
 
 
+async def _exit(process: asyncio.subprocess.Process) -> None:
+    """Return once the program has exited. Polled: ``process.wait()`` also waits for its
+    pipes to close, which whatever it left running may keep open."""
+    pause = 0.001
+    while process.returncode is None:
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, EXIT_POLL_S)
+
+
+async def _finish(process: asyncio.subprocess.Process, stdout: _Capture, stderr: _Capture) -> None:
+    """Read the program's output to its end and wait for it to exit.
+
+    A program that exits while something it started in the background still holds its
+    stdout or stderr (``server &``) is done: what it left gets ``LEFTOVER_WAIT_S`` to let
+    go of them, then its process group is killed and the output so far is the result. (The
+    call failed as a timeout, its output lost, and the leftover lived on.)
+    """
+    reads: asyncio.Future[object] = asyncio.ensure_future(
+        asyncio.gather(stdout.read(process.stdout), stderr.read(process.stderr))
+    )
+    exited: asyncio.Future[object] = asyncio.ensure_future(_exit(process))
+    try:
+        await asyncio.wait((reads, exited), return_when=asyncio.FIRST_COMPLETED)
+        if not reads.done():
+            await asyncio.wait({reads}, timeout=LEFTOVER_WAIT_S)
+            if not reads.done():
+                _kill_group(process)
+        await reads
+        await process.wait()
+    finally:
+        for task in (reads, exited):
+            task.cancel()
+        await asyncio.gather(reads, exited, return_exceptions=True)
+
+
+def _kill_group(process: asyncio.subprocess.Process) -> None:
+    """SIGKILL the program's process group, even once the program itself has exited: what
+    it started is in the group. (Its id stays the program's while any member lives.)"""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
 async def _kill(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
+    _kill_group(process)
     with contextlib.suppress(Exception):
         await process.wait()

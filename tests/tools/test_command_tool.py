@@ -107,6 +107,34 @@ def test_timeout_kills_the_command(make: Make) -> None:
     assert time.monotonic() - started < 2
 
 
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (exited, or a zombie nobody reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_program_that_exits_leaving_a_child_holding_its_output_is_done(make: Make) -> None:
+    # The child inherits stdout and stderr and lives on: the call waited for the pipes to
+    # close, failed as a timeout with the program's output lost, and left the child running.
+    code = (
+        "import subprocess, sys; "
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print('started', child.pid)"
+    )
+    tool = make(sys.executable, "-c", code, timeout_s=5)
+    started = time.monotonic()
+    out = run(tool, query="q")
+    assert time.monotonic() - started < 4
+    word, pid = out.split()
+    assert word == "started"
+    deadline = time.monotonic() + 2  # a real process's death, once killed
+    while not _gone(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _gone(int(pid))
+
+
 def test_values_that_would_read_as_options_are_refused(make: Make) -> None:
     tool = make(sys.executable, "-c", SHOW_ARGS, "{{ query }}")
     for value in ("--pre=sh", "-5"):  # a string parameter: "-5" is an option to many programs
