@@ -80,6 +80,11 @@ SEPARATOR = "__"
 DEFAULT_TIMEOUT_S = 30.0
 #: Longest tool name the OpenAI API accepts.
 MAX_NAME = 64
+#: The most tools (and pages of its tool list) a server may list. Far more than any model
+#: is offered at once; a server whose list does not end (a next page forever) held the
+#: start for its whole ``start_timeout_s`` (30 s, 700 MB of tools) and then failed as
+#: "did not start".
+MAX_TOOLS = 5000
 #: Characters of an error (an ``isError`` result's text, the server's refusal) the model sees.
 ERROR_TEXT_CHARS = 2000
 #: Characters of the server's stderr (its end) shown when it fails to start.
@@ -382,8 +387,10 @@ class McpServer:
     async def _list(self, client: Client) -> tuple[McpTool, ...]:
         tools: dict[str, McpTool] = {}
         cursor: str | None = None
-        while True:
+        for _ in range(MAX_TOOLS):
             page = await client.list_tools(cursor=cursor)
+            if len(tools) + len(page.tools) > MAX_TOOLS:
+                raise ToolError(f"it lists more than {MAX_TOOLS:,} tools")
             for remote in page.tools:
                 risky = _risky_pattern(remote.input_schema)
                 if risky is not None:
@@ -404,6 +411,7 @@ class McpServer:
             cursor = page.next_cursor
             if cursor is None:
                 return tuple(tools.values())
+        raise ToolError(f"its tool list did not end after {MAX_TOOLS:,} pages")
 
     def replayed_tools(self, offered: Iterable[Mapping[str, JSONValue]]) -> tuple[McpTool, ...]:
         """The server's tools as recorded requests offered them (``offered``: tool specs,

@@ -45,6 +45,11 @@ _SERVER = textwrap.dedent(
             send(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": {
                 "protocolVersion": message["params"]["protocolVersion"],
                 "capabilities": {"tools": {}}, "serverInfo": {"name": "raw", "version": "1"}}}))
+        elif method == "tools/list" and script.get("endless"):  # a next page, forever
+            page = int((message.get("params") or {}).get("cursor") or 0)
+            tools = [dict(tool, name=f"{tool['name']}{page}") for tool in script["tools"]]
+            send(json.dumps({"jsonrpc": "2.0", "id": message["id"],
+                             "result": {"tools": tools, "nextCursor": str(page + 1)}}))
         elif method == "tools/list":
             send(json.dumps({"jsonrpc": "2.0", "id": message["id"],
                              "result": {"tools": script["tools"]}}))
@@ -58,10 +63,16 @@ _OK = '{"jsonrpc": "2.0", "id": ID, "result": {"content": [{"type": "text", "tex
 
 
 def _server(
-    tmp_path: Path, tools: list[dict[str, Any]], answer: list[str], **options: Any
+    tmp_path: Path,
+    tools: list[dict[str, Any]],
+    answer: list[str],
+    *,
+    endless: bool = False,
+    **options: Any,
 ) -> McpServer:
     (tmp_path / "server.py").write_text(_SERVER, encoding="utf-8")
-    (tmp_path / "script.json").write_text(json.dumps({"tools": tools, "answer": answer}))
+    script = {"tools": tools, "answer": answer, "endless": endless}
+    (tmp_path / "script.json").write_text(json.dumps(script))
     command = [sys.executable, "server.py", "script.json"]
     return McpServer("raw", command=command, cwd=tmp_path, timeout_s=20, **options)
 
@@ -183,6 +194,24 @@ def test_a_line_of_many_reads_within_the_cap_is_read_whole(tmp_path: Path) -> No
     text = "".join(chr(ord("a") + i % 26) for i in range(3_000_000))
     answer = _OK.replace('"ok"', json.dumps(text))
     assert _call(_server(tmp_path, [_tool({"type": "object"})], [answer])) == text
+
+
+@pytest.mark.parametrize(
+    ("per_page", "message"),
+    [(100, "it lists more than 5,000 tools"), (0, "its tool list did not end after 5,000 pages")],
+)
+def test_a_tool_list_without_end_fails_the_start_saying_so(
+    tmp_path: Path, per_page: int, message: str
+) -> None:
+    # A next page forever held the start for start_timeout_s (30 s; 700 MB of tools with
+    # 1,000 a page), then failed as "did not start within 30s".
+    tools = [_tool({"type": "object"}) for _ in range(per_page)]
+    for index, tool in enumerate(tools):
+        tool["name"] = f"t{index}_"
+    server = _server(tmp_path, tools, [_OK], endless=True, start_timeout_s=60)
+    with pytest.raises(ToolError) as info:
+        asyncio.run(_tools(server))
+    assert "MCP server 'raw'" in str(info.value) and message in str(info.value)
 
 
 # --- over streamable HTTP ---------------------------------------------------------------------
