@@ -14,13 +14,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import overload
 
-from ..errors import ConfigError
+from ..errors import ConfigError, Diagnostic
 from ..json_types import JSONObject, JSONValue
 from ..redaction import REDACTED, redact, secrets_in_options
 from ..runtimes.protocol import (
@@ -381,6 +382,41 @@ def _text_or_none(value: JSONValue) -> str | None:
     return None if value is None else str(value)
 
 
+def _listing(folder: Path) -> list[str]:
+    """The names in ``folder``, sorted; ``OSError`` when it cannot be read."""
+    return sorted(os.listdir(folder))
+
+
+def _recording_paths(directory: Path) -> tuple[list[Path], list[Diagnostic]]:
+    """Every ``*/*.yaml`` under ``directory``, and a problem for each folder that cannot be
+    read. (``Path.glob`` passes over such a folder in silence, and a replay then said that
+    nothing was ever recorded.)"""
+    paths: list[Path] = []
+    problems: list[Diagnostic] = []
+
+    def unreadable(folder: Path, exc: OSError) -> Diagnostic:
+        reason = exc.strerror or str(exc)
+        return Diagnostic(
+            str(folder), 0, 0, f"cannot read this recordings folder ({reason}); make it readable"
+        )
+
+    try:
+        labels = _listing(directory)
+    except OSError as exc:
+        return [], [unreadable(directory, exc)]
+    for label in labels:
+        folder = directory / label
+        if not folder.is_dir():
+            continue
+        try:
+            names = _listing(folder)
+        except OSError as exc:
+            problems.append(unreadable(folder, exc))
+            continue
+        paths += [folder / name for name in names if name.endswith(".yaml")]
+    return paths, problems
+
+
 class RecordingStore:
     """The recordings in one folder, by label folder and key; read once, on first use."""
 
@@ -392,16 +428,24 @@ class RecordingStore:
     @classmethod
     def load(cls, directory: Path) -> RecordingStore:
         """Every ``*/*.yaml`` under ``directory``; ``ConfigError`` names each broken file."""
-        from ..errors import Diagnostic
         from ..spec.yamlread import load_yaml_file
 
         store = cls(directory)
-        if not directory.is_dir():
+        if not directory.exists():
             raise ConfigError(
                 Diagnostic(str(directory), 0, 0, "no recordings folder here; record with --record")
             )
-        problems: list[Diagnostic] = []
-        for path in sorted(directory.glob("*/*.yaml")):
+        if not directory.is_dir():
+            raise ConfigError(
+                Diagnostic(
+                    str(directory),
+                    0,
+                    0,
+                    "not a folder: name the folder of recordings --record wrote",
+                )
+            )
+        paths, problems = _recording_paths(directory)
+        for path in paths:
             try:
                 loaded = load_yaml_file(path)
             except ConfigError as exc:

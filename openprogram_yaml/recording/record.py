@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .._file_writes import write_atomically
-from ..errors import ErrorReason
+from ..errors import ConfigError, Diagnostic, ErrorReason
 from ..json_types import JSONObject
 from ..redaction import env_secrets, secrets_in_options
 from ..runtime.context import current_method, current_test
@@ -51,6 +51,24 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+def _label_folder_problem(folder: Path) -> str | None:
+    """Why recordings could not be written in the label folder ``folder`` (made if missing),
+    and what to do; None when they can."""
+    from .._file_writes import unwritable_folder
+
+    if folder.is_symlink():
+        # A label folder the repository links elsewhere would take the recordings (the
+        # prompts, the replies) out of the recordings folder, to wherever it points.
+        return (
+            "is a symbolic link; recordings are not written through one (they would leave "
+            "the recordings folder): remove the link or record into another folder"
+        )
+    reason = unwritable_folder(folder)
+    if reason is None:
+        return None
+    return f"cannot hold recordings ({reason}); move it away or record into another folder"
+
+
 class RecordingRuntime(WrappedRuntime):
     """Forwards every call to ``inner``; successful turns are also written to disk."""
 
@@ -72,8 +90,10 @@ class RecordingRuntime(WrappedRuntime):
         model_ref: str | None = None,
         **kwargs: Any,
     ) -> RuntimeResult:
-        """The inner runtime's turn, recorded when it succeeded. Never raises."""
+        """The inner runtime's turn, recorded when it succeeded. Raises ``ConfigError``,
+        before the model is asked, when its recording could not be written (see ``ready``)."""
         label = current_method.get()
+        self._owner.ready(label)
         result: RuntimeResult = await self.inner.run_turn(
             prompt, system_prompt=system_prompt, model_ref=model_ref, **kwargs
         )
@@ -94,7 +114,10 @@ class RecordingRuntime(WrappedRuntime):
             # than one that stops, and retrying would not help.
             message = f"recording: cannot write a recording to {self._owner.directory}: {exc}"
             failure = TurnFailure(ErrorReason.UNKNOWN.value, message, False)
-            return RuntimeResult(error=message, failure=failure, metadata=result.metadata)
+            # The turn was made (and paid for): its usage still counts in the run's record.
+            return RuntimeResult(
+                error=message, failure=failure, metadata=result.metadata, usage=result.usage
+            )
         return result
 
     async def embed(
@@ -109,6 +132,10 @@ class RecordingRuntime(WrappedRuntime):
                 f"the {self.runtime_id} runtime has no embeddings endpoint",
                 False,
             )
+        try:
+            self._owner.ready(current_method.get())
+        except ConfigError as exc:
+            return TurnFailure(ErrorReason.INVALID_REQUEST.value, str(exc), False)
         vectors: list[list[float]] | TurnFailure = await embed(texts, model_ref=model_ref)
         if isinstance(vectors, TurnFailure):
             return vectors
@@ -157,6 +184,8 @@ class RecordingSelector:
         self._clock = clock or _utc_now
         self._lock = threading.Lock()
         self._wrappers: dict[tuple[int, frozenset[str]], RecordingRuntime] = {}
+        #: Label folders ``ready`` found writable.
+        self._ready: set[Path] = set()
 
     def __repr__(self) -> str:
         return f"RecordingSelector({self.inner!r}, directory={str(self.directory)!r})"
@@ -178,6 +207,22 @@ class RecordingSelector:
                 # The wrapper holds the runtime, so its id cannot be reused while cached.
                 wrapper = self._wrappers[key] = RecordingRuntime(runtime, self, secrets)
         return wrapper
+
+    def ready(self, label: str | None) -> Path:
+        """The folder ``label``'s recordings go to, checked before the turn is made: a
+        ``ConfigError`` names it when they could not be written there (a symbolic link, a
+        file in the way, a folder that cannot be written), so that no model is asked (and
+        paid) for an answer that would be lost, and the run stops as a bad config does."""
+        folder = self.directory / label_dir(label)
+        with self._lock:
+            if folder in self._ready:
+                return folder
+        problem = _label_folder_problem(folder)
+        if problem is not None:
+            raise ConfigError(Diagnostic(str(folder), 0, 0, problem))
+        with self._lock:
+            self._ready.add(folder)
+        return folder
 
     def write(
         self,

@@ -123,7 +123,8 @@ class ReplayRuntime:
         model_ref: str | None = None,
         **kwargs: Any,
     ) -> RuntimeResult:
-        """The recorded answer to this exact request, or a failure saying what differs."""
+        """The recorded answer to this exact request, or a failure saying what differs.
+        Raises ``ConfigError`` when the recordings folder cannot be read."""
         label = current_method.get()
         folder = self._folder(model_ref)
         if folder is None:
@@ -133,7 +134,9 @@ class ReplayRuntime:
             )
         store = self._store(folder)
         if isinstance(store, ConfigError):
-            return _no_record(f"replay: cannot read the recordings in {folder}:\n{store}")
+            # The user's files are at fault, not the model: the run stops as a bad config
+            # does (exit 2), naming each broken file, instead of failing like a model call.
+            raise ConfigError(store.diagnostics)
         secrets = {*self.secrets, *secrets_in_options(kwargs), *env_secrets()}
         request = Redactor(secrets).data(
             canonical_request(prompt, system_prompt=system_prompt, options=kwargs)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from openprogram_yaml.errors import ErrorReason, LLMError, StructuredOutputError
+from openprogram_yaml.errors import ConfigError, ErrorReason, LLMError, StructuredOutputError
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.runtime.content import assistant_reply
 from openprogram_yaml.runtime.retry import RecoveryBudget, RetryInfo, backoff_delay
@@ -266,7 +266,9 @@ class ExecRun:
                 else:
                     async with asyncio.timeout(remaining):
                         result = await call
-            except (TypeError, NotImplementedError):
+            except (TypeError, NotImplementedError, ConfigError):
+                # A bug, or files the user gave the runtime that it cannot use (a broken
+                # recordings folder): neither a retry nor another model would help.
                 raise
             except Exception as exc:  # a runtime that raised despite the protocol
                 failure = classify_exception(exc)

@@ -3,6 +3,9 @@
 A runtime answers one model turn. ``Runtime.exec`` (in ``runtime/``) wraps every runtime in
 the same retries, validation, repair and ``choices`` handling, so a runtime only has to speak
 its wire format and report failures in ``RuntimeResult.error`` / ``.failure`` (never raise).
+The one exception is ``ConfigError``, for files the user gave the runtime that it cannot use
+(a broken recordings folder): it stops the run with exit status 2, as a bad config does,
+since neither a retry nor a fallback model would help.
 
 Keyword arguments a runtime receives in ``run_turn`` (all optional; ignore what you cannot do):
 

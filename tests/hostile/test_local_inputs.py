@@ -618,6 +618,13 @@ def test_a_session_store_that_is_a_link_is_not_written_through(
         assert victim.read_text(encoding="utf-8") == "precious\n"
 
 
+def _one_record(records: Path) -> dict[str, object]:
+    lines = records.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 1
+    record: dict[str, object] = json.loads(lines[0])
+    return record
+
+
 def test_a_recording_label_folder_linked_elsewhere_is_not_written_through(
     agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -626,11 +633,81 @@ def test_a_recording_label_folder_linked_elsewhere_is_not_written_through(
     folder = tmp_path / "rec"
     folder.mkdir()
     (folder / "tagger.tag").symlink_to(elsewhere)  # as a repository may hold it
-    code = main([str(agent), "tag", "-i", "ticket=x", "--record", str(folder)])
-    err = capsys.readouterr().err
-    assert code == 1, err
-    assert "is a symbolic link; recordings are not written through one" in err
+    records = tmp_path / "runs.jsonl"
+    argv = [str(agent), "tag", "-i", "ticket=x", "--record", str(folder), "--records"]
+    err = _refused(capsys, [*argv, str(records)])  # exit 1 before, as a failed model call
+    assert f"{folder / 'tagger.tag'}: error: is a symbolic link; recordings are not " in err
+    assert "remove the link or record into another folder" in err
     assert list(elsewhere.iterdir()) == []
+    # The run is still kept where runs go, saying why it stopped.
+    record = _one_record(records)
+    assert record["status"] == "failed"
+    assert "is a symbolic link" in str(record["error"])
+
+
+def test_a_file_in_the_place_of_a_recording_label_folder_is_a_config_error(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "rec"
+    folder.mkdir()
+    (folder / "tagger.tag").write_text("mine\n", encoding="utf-8")
+    records = tmp_path / "runs.jsonl"
+    argv = [str(agent), "tag", "-i", "ticket=x", "--record", str(folder), "--records"]
+    err = _refused(capsys, [*argv, str(records)])  # exit 1 before ("File exists")
+    assert f"{folder / 'tagger.tag'}: error: cannot hold recordings (is not a folder)" in err
+    assert (folder / "tagger.tag").read_text(encoding="utf-8") == "mine\n"
+    assert _one_record(records)["status"] == "failed"
+
+
+def _broken_recordings(kind: str, tmp_path: Path) -> tuple[Path, str]:
+    """A recordings folder broken as ``kind`` says, and what the error must name."""
+    folder = tmp_path / "recordings"
+    if kind == "file":
+        folder.write_text("not a folder\n", encoding="utf-8")
+        return folder, f"{folder}: error: not a folder"
+    if kind == "missing":
+        return folder, f"{folder}: error: no recordings folder here"
+    (folder / "tagger.tag").mkdir(parents=True)
+    if kind == "malformed":
+        (folder / "tagger.tag" / "0.yaml").write_text("request: [\n", encoding="utf-8")
+        return folder, f"{folder / 'tagger.tag' / '0.yaml'}:2:1: error: invalid YAML"
+    if kind == "not a recording":
+        (folder / "tagger.tag" / "0.yaml").write_text("request: {}\n", encoding="utf-8")
+        return folder, f"{folder / 'tagger.tag' / '0.yaml'}:1:1: error: not a recording"
+    assert kind == "fifo"
+    os.mkfifo(folder / "tagger.tag" / "0.yaml")
+    return folder, f"{folder / 'tagger.tag' / '0.yaml'}: error: not a regular file"
+
+
+@pytest.mark.parametrize("kind", ["file", "missing", "malformed", "not a recording", "fifo"])
+def test_a_broken_replay_model_folder_is_a_config_error_naming_it(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    folder, named = _broken_recordings(kind, tmp_path)
+    records = tmp_path / "runs.jsonl"
+    argv = [str(agent), "tag", "-i", "ticket=x", "--model", f"replay:{folder}"]
+    err = _refused(capsys, [*argv, "--records", str(records)])  # exit 1 before
+    assert named in err
+    record = _one_record(records)
+    assert (record["status"], record["model"]) == ("failed", f"replay:{folder}")
+    assert named in str(record["error"])
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any folder")
+@pytest.mark.parametrize("level", ["folder", "label folder"])
+def test_an_unreadable_replay_folder_is_a_config_error_not_an_empty_one(
+    agent: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], level: str
+) -> None:
+    folder = tmp_path / "recordings"
+    (folder / "tagger.tag").mkdir(parents=True)
+    locked = folder if level == "folder" else folder / "tagger.tag"
+    locked.chmod(0)
+    try:
+        argv = [str(agent), "tag", "-i", "ticket=x", "--model", f"replay:{folder}"]
+        err = _refused(capsys, argv)  # "no recordings for 'tagger.tag'" and exit 1 before
+    finally:
+        locked.chmod(0o755)
+    assert f"{locked}: error: cannot read this recordings folder (Permission denied)" in err
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")

@@ -21,7 +21,7 @@ from loopback import (
     status_reply,
 )
 
-from openprogram_yaml.errors import LLMError
+from openprogram_yaml.errors import ConfigError, LLMError
 from openprogram_yaml.recording.format import canonical_request, request_key
 from openprogram_yaml.recording.record import RecordingSelector
 from openprogram_yaml.recording.replay import ReplayRuntime, ReplaySelector
@@ -189,7 +189,7 @@ def test_a_method_with_no_recordings_says_so(tmp_path: Path) -> None:
 
 
 def test_a_missing_folder_is_a_clear_failure(tmp_path: Path) -> None:
-    with pytest.raises(LLMError, match="cannot read the recordings"):
+    with pytest.raises(ConfigError, match="no recordings folder here"):
         classify(ReplaySelector(tmp_path / "nowhere"))
 
 
@@ -203,6 +203,29 @@ def test_failed_turns_are_not_recorded(tmp_path: Path) -> None:
         asyncio.run(selector.aclose())
     assert selector.written == []
     assert not list(folder.rglob("*.yaml"))
+
+
+def test_a_recording_that_cannot_be_written_after_the_turn_keeps_the_turns_usage(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "recordings"
+
+    def answer_then_fill_the_label_folder(request: Request) -> Any:
+        # The folder was fine before the turn: what fails now is the write (a full disk).
+        (folder / "greeter.hello").rmdir()
+        (folder / "greeter.hello").write_text("in the way\n", encoding="utf-8")
+        return json_reply(chat_completion("Hello"))
+
+    with LoopbackServer() as server:
+        server.add(answer_then_fill_the_label_folder)
+        selector = RecordingSelector(live_selector(server), folder)
+        with labelled("greeter.hello"), Runtime(model="local:llama3", runtimes=selector) as rt:
+            with pytest.raises(LLMError, match="cannot write a recording"):
+                rt.exec("Say hello")
+            usage = rt.total_usage  # the turn was made and paid for: 0 tokens before
+        asyncio.run(selector.aclose())
+    assert (usage.input_tokens, usage.output_tokens) == (31, 9)
+    assert selector.written == []
 
 
 def test_streaming_works_through_recording_and_replay(tmp_path: Path) -> None:
