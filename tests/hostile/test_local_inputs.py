@@ -118,13 +118,29 @@ def test_a_fifo_named_like_an_agent_in_a_checked_folder_never_blocks(
     assert "1 agent" in captured.out + captured.err
 
 
+def _project(folder: Path) -> None:
+    (folder / "agents").mkdir()
+    (folder / "agents" / "a.yaml").write_text(AGENT, encoding="utf-8")
+    (folder / "openprogram.yaml").write_text("version: 1\nagents: ['agents/*.yaml']\n")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_a_lock_file_that_cannot_be_read_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _project(tmp_path)
+    assert main(["lock", str(tmp_path)]) == 0
+    lock = tmp_path / "openprogram.lock"
+    lock.chmod(0)
+    err = _refused(capsys, ["lock", str(tmp_path), "--check"])
+    assert f"{lock}: error: cannot read file: Permission denied; write it again" in err
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device"])
 def test_a_lock_file_that_is_a_fifo_or_device_is_unreadable_not_waited_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
 ) -> None:
-    (tmp_path / "agents").mkdir()
-    (tmp_path / "agents" / "a.yaml").write_text(AGENT, encoding="utf-8")
-    (tmp_path / "openprogram.yaml").write_text("version: 1\nagents: ['agents/*.yaml']\n")
+    _project(tmp_path)
     lock = tmp_path / "openprogram.lock"
     if kind == "fifo":
         os.mkfifo(lock)
