@@ -404,7 +404,13 @@ async def _refused_unread(
 ) -> web.Response:
     """``reply`` to a request refused before its body was read: the body is read and
     dropped (never kept) within ``ServeLimits.body_timeout_s``; past it, the connection
-    closes after the reply."""
+    closes after the reply. A body declared past ``MAX_BODY`` is not waited for: the reply
+    goes at once, and the connection half-closes (what still comes is dropped)."""
+    declared = request.content_length
+    if declared is not None and declared > MAX_BODY:
+        # A client that sent only the headers waited out the body deadline (30 s) for its
+        # refusal, as the body middleware's 413 once did.
+        return _closing(reply)
     if request.can_read_body and not request.content.is_eof():
         try:
             async with state.deadline(state.limits.body_timeout_s):

@@ -566,6 +566,41 @@ def test_a_body_declared_past_the_limit_gets_413_before_it_is_read(tmp_path: Pat
     assert not records.exists() or records.read_text() == ""
 
 
+@pytest.mark.parametrize("refused", ["no token", "foreign page", "compressed"])
+def test_a_refused_body_declared_past_the_limit_is_not_waited_for(
+    tmp_path: Path, refused: str
+) -> None:
+    """A request the server refuses before reading its body (401 without the token, 403
+    from a foreign page, 415 compressed), whose ``Content-Length`` is past ``MAX_BODY``,
+    gets its refusal at once: its body was waited for under the body deadline (30 s), and
+    the refusal sent when that passed."""
+    agent = write_agent(tmp_path)
+    headers = {
+        "no token": {},
+        "foreign page": {"Origin": "http://evil.example"},
+        "compressed": {"Content-Encoding": "gzip"},
+    }[refused]
+    status_of = {"no token": 401, "foreign page": 403, "compressed": 415}
+
+    async def scenario() -> None:
+        deadlines = Deadlines()  # no deadline passes unless the test says so: none does
+        limits = ServeLimits(body_timeout_s=9.0)
+        token = "t0ken-0f-the-server-9c1d" if refused == "no token" else None
+        async with served(agent, limits=limits, deadline=deadlines, token=token) as (_, port):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            head = run_request(port, b"", headers=headers).replace(
+                b"Content-Length: 0", f"Content-Length: {MAX_BODY * 4}".encode()
+            )
+            writer.write(head)  # the headers; none of the body
+            await writer.drain()
+            status, _ = parse_response(await asyncio.wait_for(reader.read(), EVENT_TIMEOUT_S))
+            writer.close()
+            assert status == status_of[refused]
+            assert not [d for d in deadlines.started if d[0] == 9.0]
+
+    asyncio.run(scenario())
+
+
 def test_a_client_sending_a_body_past_the_limit_reads_its_413(tmp_path: Path) -> None:
     """A client that sends its whole body, as most do, before reading the reply gets the 413
     too: the connection was closed with the body arriving unread, which resets it (RST),
