@@ -1,11 +1,18 @@
-"""Regular expressions nesting unbounded repetitions (exponential backtracking) are told
-from the ones that only look alike."""
+"""Regular expressions that backtrack exponentially (nested unbounded repetitions, repeated
+alternatives that can match the same text) are told from the ones that only look alike."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
-from openprogram_yaml.regex_safety import nested_repetition
+from openprogram_yaml.regex_safety import (
+    NESTED_LOOPS,
+    OVERLAPPING_ALTERNATIVES,
+    exponential_backtracking,
+)
 
 
 @pytest.mark.parametrize(
@@ -27,7 +34,31 @@ from openprogram_yaml.regex_safety import nested_repetition
     ],
 )
 def test_nested_unbounded_repetitions_are_found(pattern: str) -> None:
-    assert nested_repetition(pattern) is not None
+    assert exponential_backtracking(pattern) is NESTED_LOOPS
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        # Timed on this machine, each on a few dozen characters and a '!': seconds, and
+        # twice as long for each character more. All passed before.
+        "(a|a)*$",  # 25 characters: 4.2 s
+        "(a|aa)+$",
+        r"(\r\n|\n|\r)*$",  # 24 line ends: 12.7 s
+        "(a|ab|b)+$",  # 'ab' 24 times: 12.4 s
+        "(a|a?)+$",  # 25 characters: 19.4 s
+        r"(.|\s)*y",  # 24 spaces: 4.4 s
+        "(?:ab|a|b)*c",  # 'ab' 24 times: 8.8 s
+        "(?i)(?:a|Aa)+$",  # (a|aa)+ when case is ignored
+        "(?:(?:a)|(a))*$",  # groups are matched through: 25 characters, 5.3 s
+        "(?:a?b|b)+$",  # 'b' either way
+        # A lexer's token pattern, found in an installed library: ':a' is one token or two
+        # (':' then 'a'); 22 times and a '!': 3.8 s.
+        r"(:?\w|:|\+|-|\.|\[|\]|\\|/)+$",
+    ],
+)
+def test_repeated_alternatives_that_can_match_the_same_text_are_found(pattern: str) -> None:
+    assert exponential_backtracking(pattern) is OVERLAPPING_ALTERNATIVES
 
 
 @pytest.mark.parametrize(
@@ -45,16 +76,56 @@ def test_nested_unbounded_repetitions_are_found(pattern: str) -> None:
         "(a+){2}",
         "(a{2})+",  # a fixed count: one way to split
         "(x?y?)+",
-        "(a|b?)+",
+        "(a|b?)+",  # a pass that matches nothing ends the loop
         r"^(\d{1,3}\.){3}\d{1,3}$",  # an IPv4 address
         r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",  # base64
         r"^[\w.+-]+@[\w-]+(\.[\w-]+)+$",  # an email address
         r"^(https?://)?([\w-]+\.)+[\w-]+(/[\w\- ./?%&=]*)?$",  # a URL
         r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})?)?$",  # ISO 8601
         "(foo|bar)+",
+        "(foo|bar)*",
+        "(a|b)+",
+        "[ab]+",
         "(?=a+)+",
         "(",  # does not compile: re.compile says so, not this
+        # Alternatives that start alike but part before either ends.
+        "(?:Mon|Mar|May)+",
+        r'^"(?:\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}|[^"\\])*"$',  # a JSON string
+        r"(.|\n)*",  # '.' is every character but a line break
+        r'^(?:[^",]|"")*$',
+        r"(?:\r\n|\n)+",
+        "(?:ab|ac)+$",
+        r"(?:[0-9]+)(?:(?:, ?|,? and )(?:[0-9]+))*$",  # ', ' or ', and ': both start ','
+        "(?:xa?|xb)+$",
+        "(?:cat|dog|ca)+$",  # 'ca' is where 'cat' starts, but no pass starts with 't'
+        r"^(?:\s|\t)*x",  # re's parser makes these one class each
+        "(?i)(?:a|A|b)+$",
+        # re's parser makes these one class ([\w\d]) or (a(?:|b)): one way to match a text.
+        r"(\w|\d)+$",
+        "(a|ab)+$",
+        # Atomic and possessive: re never backtracks into a pass.
+        "(?>a|aa)+$",
+        "(?:a|aa)++$",
     ],
 )
 def test_patterns_of_another_shape_pass(pattern: str) -> None:
-    assert nested_repetition(pattern) is None
+    assert exponential_backtracking(pattern) is None
+
+
+def _search_time(pattern: str, text: str) -> str:
+    """How a search of ``text`` for ``pattern`` ends in a child process given 3 s: the
+    child is killed past it (a backtracking search holds the interpreter's lock)."""
+    code = f"import re; re.search({pattern!r}, {text!r})"
+    try:
+        subprocess.run([sys.executable, "-c", code], timeout=3.0, check=True)
+    except subprocess.TimeoutExpired:
+        return "killed"
+    return "done"
+
+
+def test_the_shapes_refused_are_the_ones_that_take_exponential_time() -> None:
+    # What the heuristic refuses runs past any limit on 40 characters; what it lets
+    # through runs at once on as many.
+    assert _search_time("(a|aa)+$", "a" * 40 + "!") == "killed"
+    assert _search_time("(a|ab)+$", "a" * 40 + "!") == "done"
+    assert _search_time(r"(\w|\d)+$", "1" * 40 + "!") == "done"

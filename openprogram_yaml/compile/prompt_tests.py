@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..json_types import parse_json
-from ..regex_safety import nested_repetition
+from ..regex_safety import exponential_backtracking
 from ..runtime.toolgate import ToolDouble
 from ..runtime.validation import SchemaValidator
 from ..spec.models import ExpectSpec, TestCaseSpec, ToolCallExpectSpec, ToolDoubleSpec
@@ -188,16 +188,16 @@ def _expectations(
         except re.error as exc:
             col.at(source, (*loc, "regex"), f"invalid regular expression: {exc}")
         else:
-            if nested_repetition(spec.regex) is not None:
+            risk = exponential_backtracking(spec.regex)
+            if risk is not None:
                 # Searched in a model's output, it hung `openprogram-run test` (re has no
                 # time limit): forty 'a' and a '!' against (a+)+$ take minutes.
                 regex = None
                 col.at(
                     source,
                     (*loc, "regex"),
-                    f"regular expression {spec.regex!r} nests unbounded repetitions (as "
-                    "(a+)+ does): searching an output with it can take exponential time; "
-                    "write it without the nesting (a+ for (a+)+)",
+                    f"regular expression {spec.regex!r} {risk.shape}: searching an output "
+                    f"with it can take exponential time; {risk.fix}",
                 )
     schema = None
     if spec.schema_ is not None:

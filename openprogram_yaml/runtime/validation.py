@@ -183,17 +183,17 @@ def _check_regex(
     except re.error as exc:
         found.append((path, f"{pattern!r} is not a valid regular expression: {exc}"))
         return
-    from openprogram_yaml.regex_safety import nested_repetition  # compiles only, not runs
+    from openprogram_yaml.regex_safety import exponential_backtracking  # parses, not runs
 
-    if nested_repetition(pattern) is not None:
+    risk = exponential_backtracking(pattern)
+    if risk is not None:
         # Python's re backtracks without a time limit: checking a reply or an input against
         # it could hold the process for minutes (the validator words its error with re).
         found.append(
             (
                 path,
-                f"{pattern!r} nests unbounded repetitions (as (a+)+ does): checking text "
-                "against it can take exponential time; write it without the nesting "
-                "(a+ for (a+)+)",
+                f"{pattern!r} {risk.shape}: checking text against it can take exponential "
+                f"time; {risk.fix}",
             )
         )
 

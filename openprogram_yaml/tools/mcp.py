@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, TextIO
 from openprogram_yaml.errors import Diagnostic, ToolError
 from openprogram_yaml.json_types import JSONObject, JSONValue
 from openprogram_yaml.redaction import redact, redact_json
-from openprogram_yaml.regex_safety import nested_repetition
+from openprogram_yaml.regex_safety import Backtracking, exponential_backtracking
 from openprogram_yaml.runtime.content import ToolContent, media_block
 from openprogram_yaml.tools.base import ConfiguredTool, ToolBuildError, cap_text
 from openprogram_yaml.tools.http import header_secrets
@@ -396,10 +396,11 @@ class McpServer:
                 if risky is not None:
                     # The arguments are checked here before the server gets them: Python's re
                     # has no time limit, and the model writes the text.
+                    pattern, risk = risky
                     raise ToolError(
-                        f"its tool {remote.name!r} checks its arguments against {risky!r}, "
-                        "which nests unbounded repetitions (as (a+)+ does): checking text "
-                        "against it can take exponential time, holding the run"
+                        f"its tool {remote.name!r} checks its arguments against {pattern!r}, "
+                        f"which {risk.shape}: checking text against it can take exponential "
+                        "time, holding the run"
                     )
                 tool = McpTool(self, remote.name, remote.description or "", remote.input_schema)
                 if tool.name in tools:
@@ -557,9 +558,9 @@ class _Stderr:
         return text if len(text) <= STDERR_TAIL else "…" + text[-STDERR_TAIL:]
 
 
-def _risky_pattern(schema: Mapping[str, object]) -> str | None:
+def _risky_pattern(schema: Mapping[str, object]) -> tuple[str, Backtracking] | None:
     """A regular expression of ``schema`` (a ``pattern``, or a key of ``patternProperties``,
-    at any depth) that nests unbounded repetitions (``regex_safety``), or None."""
+    at any depth) that can take exponential time (``regex_safety``) and why, or None."""
     pending: list[object] = [schema]
     while pending:
         node = pending.pop()
@@ -573,8 +574,9 @@ def _risky_pattern(schema: Mapping[str, object]) -> str | None:
         if isinstance(patterned, Mapping):
             patterns += [key for key in patterned if isinstance(key, str)]
         for text in patterns:
-            if nested_repetition(text) is not None:
-                return text
+            risk = exponential_backtracking(text)
+            if risk is not None:
+                return text, risk
         pending.extend(node.values())
     return None
 

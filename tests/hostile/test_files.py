@@ -150,6 +150,18 @@ def test_a_schema_pattern_nesting_repetitions_is_a_positioned_error(
     assert "nests unbounded repetitions" in _positioned(err, path, 7)[0]
 
 
+@pytest.mark.parametrize("pattern", ["^(a|aa)+$", "(\\r\\n|\\r|\\n)*$"])
+def test_a_schema_pattern_repeating_overlapping_alternatives_is_a_positioned_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pattern: str
+) -> None:
+    # Forty 'a' and a '!' against (a|aa)+$ take minutes too (it passed the check before).
+    path = _agent(tmp_path, f"prompt: hi\ninputs: {{q: {{type: string, pattern: '{pattern}'}}}}\n")
+    err = _refused(capsys, ["check", str(path)])
+    [line] = _positioned(err, path, 7)
+    assert "repeats alternatives that can match the same text (as (a|aa)+ does)" in line
+    assert "make the alternatives match different text" in line
+
+
 # --- undecodable bytes ------------------------------------------------------------------------
 
 _GOOD = "version: 1\nname: a\nmodel: test\nmethods:\n  m:\n    prompt: hi\n"

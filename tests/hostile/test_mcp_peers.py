@@ -105,6 +105,7 @@ def _call(server: McpServer, **arguments: Any) -> object:
         {"type": "object", "properties": {"q": {"type": "string", "pattern": "^(a+)+$"}}},
         {"type": "object", "patternProperties": {"^(\\w+\\s?)*$": {"type": "string"}}},
         {"type": "object", "$defs": {"q": {"items": [{"pattern": "(a*)*b"}]}}},
+        {"type": "object", "properties": {"q": {"type": "string", "pattern": "^(a|aa)+$"}}},
     ],
 )
 def test_a_tool_checking_arguments_with_a_runaway_pattern_is_refused_at_start(
@@ -117,7 +118,9 @@ def test_a_tool_checking_arguments_with_a_runaway_pattern_is_refused_at_start(
         asyncio.run(_tools(server))  # (not called: with the pattern let through, it hangs)
     message = str(info.value)
     assert "MCP server 'raw'" in message and "failed to start" in message
-    assert "its tool 'find'" in message and "nests unbounded repetitions" in message
+    assert "its tool 'find'" in message
+    shape = "repeats alternatives" if "(a|aa)" in json.dumps(schema) else "nests unbounded"
+    assert f"which {shape}" in message
 
 
 def test_a_tool_with_an_ordinary_pattern_is_offered_and_checks_it(tmp_path: Path) -> None:
