@@ -57,8 +57,9 @@ class PartialDocument(ConfigError):
         self.secrets = secrets
         #: The spec, when only ``${env:…}`` expansion failed: the rest can still be compiled.
         self.spec = spec
-        #: (line, column) of the values an unset variable left empty: problems found there
-        #: later are follow-ons of the missing variable, not problems of their own.
+        #: (line, column) of the values an unset variable left empty, or the YAML reader
+        #: dropped as invalid: problems found there later are follow-ons of the one already
+        #: reported, not problems of their own.
         self.env_places = env_places
 
 
@@ -73,18 +74,23 @@ def load_document(
 
     Raises ``ConfigError`` carrying every problem found in the file.
     """
-    loaded = load_yaml_file(path, display=display)
+    # A duplicate key or a key with no value leaves the rest readable: go on, so the file's
+    # other problems are reported in the same run.
+    loaded = load_yaml_file(path, display=display, partial=True)
     source = loaded.source
     if not isinstance(loaded.data, dict):
         kind = "a list" if isinstance(loaded.data, list) else f"{type(loaded.data).__name__}"
         raise ConfigError(
-            Diagnostic(
-                source.path, 1, 1, f"expected a mapping of keys (version: 1, ...), not {kind}"
-            )
+            [
+                *loaded.problems,
+                Diagnostic(
+                    source.path, 1, 1, f"expected a mapping of keys (version: 1, ...), not {kind}"
+                ),
+            ]
         )
     expanded = expand_env(loaded.data, source, environ)
-    diagnostics: list[Diagnostic] = list(expanded.diagnostics)
-    env_places = frozenset((d.line, d.col) for d in expanded.diagnostics)
+    diagnostics: list[Diagnostic] = [*loaded.problems, *expanded.diagnostics]
+    env_places = frozenset((d.line, d.col) for d in diagnostics)
     spec: M | None = None
     try:
         spec = model.model_validate(expanded.data)

@@ -83,6 +83,10 @@ class LoadedYAML:
 
     data: Any
     source: SourceMap
+    #: Problems that left the data readable (a duplicate key, a key with no value, a value
+    #: that is not valid): the key was dropped or the value is ``None``. Only a reader that
+    #: asks for them (``partial=True``) gets a document that has any.
+    problems: list[Diagnostic] = field(default_factory=list)
 
 
 def _build_loader_class() -> Any:
@@ -340,16 +344,20 @@ def _yaml_error_diagnostic(path: str, exc: Exception, text: str = "") -> Diagnos
     return Diagnostic(path, line, col, message)
 
 
-def load_yaml_text(text: str, path: str) -> Iterator[LoadedYAML]:
+def load_yaml_text(text: str, path: str, *, partial: bool = False) -> Iterator[LoadedYAML]:
     """Every document in ``text`` as plain data with its source map.
 
     Raises ``ConfigError`` with all problems found (syntax, duplicate keys, alias bombs).
+    With ``partial``, problems that leave a document readable are kept in its ``problems``
+    instead, so the reader can go on checking the rest of the file and report every problem
+    in one run; a syntax error, or a document too large or too deep, still raises.
     """
     import yaml
 
     loader = _loader_class()(text)
     docs: list[LoadedYAML] = []
     diagnostics: list[Diagnostic] = []
+    readable: list[Diagnostic] = []  # problems of documents read whole (``partial``)
     try:
         while loader.check_node():
             node = loader.get_node()
@@ -361,22 +369,22 @@ def load_yaml_text(text: str, path: str) -> Iterator[LoadedYAML]:
             except _Stop as stop:
                 diagnostics.append(Diagnostic(path, stop.pos.line, stop.pos.col, stop.message))
                 break
-            diagnostics.extend(conv.diagnostics)
-            docs.append(LoadedYAML(data, conv.source))
+            readable.extend(conv.diagnostics)
+            docs.append(LoadedYAML(data, conv.source, conv.diagnostics))
     except yaml.YAMLError as exc:
         diagnostics.append(_yaml_error_diagnostic(path, exc, text))
     finally:
         loader.dispose()
-    if diagnostics:
-        raise ConfigError(diagnostics)
+    if diagnostics or (readable and not partial):
+        raise ConfigError([*readable, *diagnostics])
     yield from docs
 
 
-def load_yaml_file(path: Path, *, display: str | None = None) -> LoadedYAML:
-    """The single YAML document in ``path``."""
+def load_yaml_file(path: Path, *, display: str | None = None, partial: bool = False) -> LoadedYAML:
+    """The single YAML document in ``path`` (``partial``: as ``load_yaml_text`` says)."""
     shown = display or str(path)
     text, stamp = read_stamped_text(path, shown)
-    docs = list(load_yaml_text(text, shown))
+    docs = list(load_yaml_text(text, shown, partial=partial))
     if not docs:
         raise ConfigError(Diagnostic(shown, 1, 1, _no_document(text)))
     if len(docs) > 1:

@@ -235,6 +235,48 @@ def test_all_problems_of_a_file_in_one_run(write) -> None:
     assert [(line, col) for line, col, _ in found] == [(3, 1), (5, 19), (6, 30)]
 
 
+def test_a_duplicate_key_or_a_stray_comma_hides_no_other_problem(write) -> None:
+    # The YAML is readable around them (the first value kept, the stray key dropped), so
+    # the rest of the file is checked in the same run, not after they are fixed.
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        model: test
+        model: test
+        instructons: hi
+        methods:
+          m:
+            inputs: {who: {type: string, description: Who asks, and why}}
+            prompt: "{{ who }} {{ y }}"
+        """,
+    )
+    found = diagnostics(path)
+    assert [(line, col) for line, col, _ in found] == [(4, 1), (5, 1), (8, 57), (9, 27)]
+    assert found[0][2] == "duplicate key 'model' (first at line 3); remove one of them"
+    assert found[1][2].startswith("unknown key 'instructons'; did you mean 'instructions'?")
+    assert found[2][2].startswith("'and why' has no value: in a {...} mapping")
+    assert found[3][2].startswith("template reads 'y', which the method does not declare")
+
+
+def test_a_duplicate_key_in_the_project_file_hides_no_other_problem(write) -> None:
+    write("agents/a.yaml", "version: 1\nname: a\nmodel: test\nmethods: {m: {prompt: hi}}\n")
+    project = write(
+        "openprogram.yaml",
+        """
+        version: 1
+        name: p
+        name: q
+        agents: [agents/*.yaml]
+        recordngs: recordings
+        """,
+    )
+    found = diagnostics(project.parent)
+    assert [(line, col) for line, col, _ in found] == [(3, 1), (5, 1)]
+    assert found[1][2].startswith("unknown key 'recordngs'; did you mean 'recordings'?")
+
+
 def test_unknown_method_on_the_command_line(capsys) -> None:
     from support import EXAMPLES
 
