@@ -4,8 +4,9 @@ The one home of the session store. A project's sessions live in
 ``<project>/.openprogram/sessions.db`` (stdlib ``sqlite3``, WAL, so a chat and a
 ``sessions`` command or a server may read it at once). A session is a name, the agent and
 method it talks to, and its messages: the person's (``user``) and the method's answers
-(``assistant``), each with its time, the run that answered it and the prompt version that
-run used. What is stored is redacted with the run's secrets, as records are.
+(``assistant``), each with its time, the run that answered it and the version that run
+used (the hash of the files, as in its record). What is stored is redacted with the run's
+secrets, as records are.
 
 A front end takes two steps around each run: ``store.begin_turn(name, agent, method)``
 gives the prior messages to pass to the run (``RunService.start(history=…)``), and
