@@ -112,21 +112,29 @@ def test_a_wait_cancelled_before_the_call_started_keeps_it_from_running() -> Non
 
 
 def test_a_result_after_the_caller_stopped_waiting_goes_nowhere_quietly() -> None:
+    started = threading.Event()
     gate = threading.Event()
     finished = threading.Event()
 
     def slow() -> str:
+        started.set()
         gate.wait(10)
         finished.set()
         return "late"
 
     async def scenario() -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(0.01):
-                await run_blocking(slow)
+        waiting = asyncio.ensure_future(run_blocking(slow))
+        # The caller stops waiting once the call runs: stopped before it started, the call
+        # never runs (a wait cancelled early keeps it from starting), and on a loaded
+        # machine a worker can take longer than any fixed time to start it.
+        await asyncio.to_thread(started.wait, 10)
+        assert started.is_set(), "the call never started"
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
         gate.set()
-        while not finished.is_set():
-            await asyncio.sleep(0.001)
+        await asyncio.to_thread(finished.wait, 10)
+        assert finished.is_set(), "the call never finished"
         await asyncio.sleep(0.01)  # the late outcome reaches the loop and is dropped
 
     loop = asyncio.new_event_loop()
