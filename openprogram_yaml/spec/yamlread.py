@@ -212,10 +212,17 @@ class _Converter:
                 pos = _pos(self.source.path, mark)
                 self.error(pos, f"invalid value: {getattr(exc, 'problem', exc)}")
                 return None
-            except ValueError:  # int()'s limit on digits (sys.get_int_max_str_digits)
+            except (ValueError, KeyError, AttributeError, TypeError) as exc:
+                # PyYAML's constructors raise these on text an explicit tag cannot hold
+                # (``!!bool maybe``: KeyError, ``!!timestamp x``: AttributeError, ``!!float
+                # x``: ValueError), and int() on more digits than it converts.
                 pos = _pos(self.source.path, mark)
                 digits = sys.get_int_max_str_digits()
-                self.error(pos, f"invalid value: a number of more than {digits:,} digits")
+                if isinstance(exc, ValueError) and f"({digits} digits)" in str(exc):
+                    self.error(pos, f"invalid value: a number of more than {digits:,} digits")
+                else:
+                    shown = tag.replace("tag:yaml.org,2002:", "!!")
+                    self.error(pos, f"invalid value: {node.value!r} is not a valid {shown}")
                 return None
         key = id(node)
         if key in self.active:

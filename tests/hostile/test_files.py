@@ -124,6 +124,23 @@ def test_a_number_of_too_many_digits_in_yaml_is_a_positioned_error(
     assert "a number of more than 4,300 digits" in _positioned(err, path, 7)[0]
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("!!bool maybe", "'maybe' is not a valid !!bool"),  # was a KeyError's traceback
+        ("!!timestamp soon", "'soon' is not a valid !!timestamp"),  # an AttributeError's
+        ("!!float abc", "'abc' is not a valid !!float"),  # was "more than 4,300 digits"
+        ('!!int "x"', "'x' is not a valid !!int"),
+    ],
+)
+def test_text_an_explicit_tag_cannot_hold_is_a_positioned_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, said: str
+) -> None:
+    path = _agent(tmp_path, f"prompt: hi\ntemperature: {value}\n")
+    err = _refused(capsys, ["check", str(path)])
+    assert f"invalid value: {said}" in _positioned(err, path, 7)[0]
+
+
 @pytest.mark.parametrize("suffix", [".json", ".yaml"])
 def test_a_number_of_too_many_digits_in_a_schema_file_is_said_plainly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], suffix: str
