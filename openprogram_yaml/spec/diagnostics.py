@@ -6,18 +6,23 @@ path is in the file. Misspelt keys get a did-you-mean from the keys the model al
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import types
 import typing
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import Diagnostic
-from .suggest import did_you_mean
+from .suggest import close_matches, did_you_mean
 from .yamlread import Loc, SourceMap
 
-__all__ = ["validation_diagnostics"]
+__all__ = ["validation_diagnostics", "without_unknown_keys"]
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def _unwrap(annotation: Any) -> list[Any]:
@@ -183,3 +188,63 @@ def validation_diagnostics(
         pos = source.at(path, key=(which == "key"))
         out.append(Diagnostic(pos.path, pos.line, pos.col, message))
     return out
+
+
+def without_unknown_keys(
+    exc: ValidationError, data: Any, source: SourceMap, root: type[M]
+) -> tuple[M, SourceMap] | None:
+    """The document read as if its unknown keys were not there, when they are its only
+    problems: so the rest of it (templates, tools, toolsets, …) is checked in the same run.
+
+    A key whose did-you-mean names a key its mapping allows, and does not have, is read as
+    that key (``modle: test`` as ``model``: no follow-on "has no model"); any other is
+    dropped.
+    The source map gets the renamed paths too, so problems inside them point at the file.
+    None when another problem is found, an unknown key sits in a union's branch (it may be
+    a key of another branch), or the document still does not validate.
+    """
+    errors = exc.errors(include_url=False)
+    if not errors or any(err["type"] != "extra_forbidden" for err in errors):
+        return None
+    fixed = copy.deepcopy(data)
+    renamed: list[tuple[Loc, Loc]] = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        parent, key = loc[:-1], loc[-1]
+        if _data_path(fixed, parent) != parent:
+            return None  # a label pydantic added (a union branch): not a plain mapping
+        node: Any = fixed
+        for part in parent:
+            node = node[part]
+        if not isinstance(node, dict) or not isinstance(key, str) or key not in node:
+            return None
+        model = _model_at(root, parent)
+        allowed = [f.alias or n for n, f in model.model_fields.items()] if model else []
+        meant = close_matches(key, allowed)
+        value = node.pop(key)
+        if meant and meant[0] not in node:
+            node[meant[0]] = value
+            renamed.append(((*parent, key), (*parent, meant[0])))
+    try:
+        spec = root.model_validate(fixed)
+    except ValidationError:
+        return None
+    if not renamed:
+        return spec, source
+
+    def with_renamed(table: dict[Loc, T]) -> dict[Loc, T]:
+        entries = dict(table)
+        for old, new in renamed:
+            size = len(old)
+            for loc, where in table.items():
+                if loc[:size] == old:
+                    entries[(*new, *loc[size:])] = where
+        return entries
+
+    aliased = dataclasses.replace(
+        source,
+        values=with_renamed(source.values),
+        keys=with_renamed(source.keys),
+        styles=with_renamed(source.styles),
+    )
+    return spec, aliased

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import ConfigError, Diagnostic
 from ..redaction import redact
-from .diagnostics import validation_diagnostics
+from .diagnostics import validation_diagnostics, without_unknown_keys
 from .env import expand_env
 from .models import AgentSpec
 from .yamlread import SourceMap, load_yaml_file
@@ -55,7 +55,8 @@ class PartialDocument(ConfigError):
         self.source = source
         #: The secrets ``data`` holds; messages about it must not show them.
         self.secrets = secrets
-        #: The spec, when only ``${env:…}`` expansion failed: the rest can still be compiled.
+        #: The spec, when only ``${env:…}`` expansion failed or only keys were unknown (read
+        #: without them: ``without_unknown_keys``): the rest can still be compiled.
         self.spec = spec
         #: (line, column) of the values an unset variable left empty, or the YAML reader
         #: dropped as invalid: problems found there later are follow-ons of the one already
@@ -97,6 +98,9 @@ def load_document(
     except ValidationError as exc:
         found = validation_diagnostics(exc, expanded.data, source, model)
         diagnostics.extend(d for d in found if (d.line, d.col) not in env_places)
+        recovered = without_unknown_keys(exc, expanded.data, source, model)
+        if recovered is not None:
+            spec, source = recovered
     if diagnostics or spec is None:
         # Messages quote the values they refuse, and a value may be a secret.
         secrets = frozenset(expanded.secrets)

@@ -29,6 +29,7 @@ def test_typod_key_points_at_the_key_with_a_hint(write) -> None:
         """
         version: 1
         name: a
+        model: test
         methods:
           classify:
             promt: "Label {{ ticket }}"
@@ -36,7 +37,7 @@ def test_typod_key_points_at_the_key_with_a_hint(write) -> None:
         """,
     )
     line, col, msg = one(path)
-    assert (line, col) == (5, 5)
+    assert (line, col) == (6, 5)
     assert "unknown key 'promt' in method 'classify'; did you mean 'prompt'?" in msg
 
 
@@ -258,6 +259,44 @@ def test_a_duplicate_key_or_a_stray_comma_hides_no_other_problem(write) -> None:
     assert found[1][2].startswith("unknown key 'instructons'; did you mean 'instructions'?")
     assert found[2][2].startswith("'and why' has no value: in a {...} mapping")
     assert found[3][2].startswith("template reads 'y', which the method does not declare")
+
+
+def test_an_unknown_key_hides_no_other_problem(write) -> None:
+    # The file is checked as if the unknown keys were not there, a misspelt one read as
+    # the key it is close to (so 'modle' leaves no "has no model" behind): its templates,
+    # tools and toolsets are checked in the same run.
+    path = write(
+        "a.yaml",
+        """
+        version: 1
+        name: a
+        modle: test
+        x_owner: billing
+        instructons: "{{ nope }}"
+        tools:
+          t: {python: "nosuchmodule:fn"}
+        methods:
+          m:
+            promt: "{{ y }}"
+            toolset: bad
+        """,
+    )
+    found = diagnostics(path)
+    assert [(line, col) for line, col, _ in found] == [
+        (3, 1),
+        (4, 1),
+        (5, 1),
+        (5, 18),
+        (7, 15),
+        (10, 5),
+        (10, 16),
+        (11, 14),
+    ]
+    messages = [message for _, _, message in found]
+    assert messages[3].startswith("template reads 'nope'")
+    assert messages[4].startswith("python tool 'nosuchmodule:fn': no module named")
+    assert messages[6].startswith("template reads 'y'")
+    assert messages[7].startswith("unknown toolset 'bad'")
 
 
 def test_a_duplicate_key_in_the_project_file_hides_no_other_problem(write) -> None:
