@@ -28,11 +28,20 @@ from __future__ import annotations
 
 import importlib
 import re
+from bisect import bisect_left as _bisect_left
+from bisect import bisect_right as _bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["NESTED_LOOPS", "OVERLAPPING_ALTERNATIVES", "Backtracking", "exponential_backtracking"]
+__all__ = [
+    "MAX_STEPS",
+    "NESTED_LOOPS",
+    "OVERLAPPING_ALTERNATIVES",
+    "TOO_LARGE",
+    "Backtracking",
+    "exponential_backtracking",
+]
 
 # The parser behind re.compile (re._parser since Python 3.11, which the package requires;
 # the type stubs do not describe it).
@@ -55,6 +64,20 @@ class Backtracking:
 
     shape: str
     fix: str
+
+
+TOO_LARGE = Backtracking(
+    "is too large for the check for exponential backtracking to read",
+    "split it into smaller patterns, or write its alternatives as fewer classes",
+)
+#: The most comparisons (of two branches, of a branch with a group, of a character with a
+#: class) one pattern's check makes: about a second here. A pattern that needs more is
+#: refused as too large to tell, never passed: the check must not be the hang it prevents.
+MAX_STEPS = 1_000_000
+
+
+class _TooLarge(Exception):
+    """The check of one pattern ran past ``MAX_STEPS``."""
 
 
 NESTED_LOOPS = Backtracking(
@@ -83,6 +106,8 @@ def exponential_backtracking(pattern: str) -> Backtracking | None:
             dotall=bool(flags & re.DOTALL),
         )
         return _find(list(parsed), chars)
+    except _TooLarge:
+        return TOO_LARGE
     except RecursionError:  # nested past what the parser itself allows: re.compile says so
         return None
 
@@ -253,6 +278,7 @@ def _two_alike(ways: list[_Way], at: int, chars: _Chars) -> bool:
         return True
     groups: list[tuple[int, list[_Way]]] = []
     for way in single:
+        chars.spend(len(groups) + 1)
         bits = chars.of(way.items[at])
         # Join every group this way's character may share (a group holds the ways whose
         # characters here may be the same).
@@ -271,6 +297,7 @@ def _pairs(ways: list[_Way]) -> Iterator[tuple[_Way, _Way]]:
 
 
 def _pair_alike(one: _Way, other: _Way, at: int, chars: _Chars) -> bool:
+    chars.spend(1)
     return bool(one.first & other.first) and _same_start(one.items[at:], other.items[at:], chars)
 
 
@@ -383,64 +410,163 @@ def _item_first(op: Any, av: Any, chars: _Chars) -> tuple[int, bool]:
 class _Chars:
     """Sets of characters as bits over a sample of them: every character below U+0300,
     a few beyond (digits, letters, spaces of other scripts) and every one the pattern
-    names. Two items that share no sample character are taken to share none."""
+    names. Two items that share no sample character are taken to share none.
+
+    An item's bits cost about its own size (a class's literals are looked up, its ranges
+    found by bisection), plus one pass over the sample per category (``\\w``…), kept: a
+    pattern's classes may name thousands of characters, and each tested against the whole
+    sample made the check quadratic in the pattern's length (a 24 KB pattern took 21 s)."""
 
     _BEYOND = "\u0660\u0966\u00e9\u0416\u03a9\u4e2d\u2003\u3000\u00a0\u2028\U0001f600"
 
     def __init__(self, named: set[str], *, ignore_case: bool, dotall: bool) -> None:
         sample = {chr(code) for code in range(0x300)} | set(self._BEYOND) | named
         self.sample = sorted(sample)
+        self._codes = [ord(char) for char in self.sample]
         self._index = {char: index for index, char in enumerate(self.sample)}
         self.ignore_case = ignore_case
         self.dotall = dotall
         self.every = (1 << len(self.sample)) - 1
         self._known: dict[str, int] = {}
+        self._categories: dict[str, int] = {}
+        self._in_categories: dict[str, list[str]] = {}
+        #: Under IGNORECASE: each character, the sample characters it is one case of
+        #: (itself included; "ß".upper() is "SS", so only one-character cases count).
+        self._cases: dict[str, int] = {}
+        if ignore_case:
+            for index, char in enumerate(self.sample):
+                for variant in {char, char.lower(), char.upper()}:
+                    if len(variant) == 1:
+                        self._cases[variant] = self._cases.get(variant, 0) | 1 << index
+        self._case_keys = sorted(self._cases)
         #: ``_item_first`` of the items already read, by the identity of their arguments.
         self.firsts: dict[int, tuple[int, bool]] = {}
+        self._steps = MAX_STEPS
+
+    def spend(self, steps: int) -> None:
+        """Count ``steps`` of the check against ``MAX_STEPS``; ``_TooLarge`` past it."""
+        self._steps -= steps
+        if self._steps < 0:
+            raise _TooLarge
 
     def of(self, item: Item) -> int:
-        """The sample characters one single-character item matches."""
+        """The sample characters one single-character item matches (under IGNORECASE, those
+        one of whose cases it matches)."""
         op, av = item
         if op == _sre.LITERAL and not self.ignore_case:  # most items of a word list
             return 1 << self._index[chr(av)]
         key = repr(item)
         bits = self._known.get(key)
         if bits is None:
-            bits = 0
-            for index, char in enumerate(self.sample):
-                variants = {char}
-                if self.ignore_case:  # one character each ("ß".upper() is "SS")
-                    variants |= {v for v in (char.lower(), char.upper()) if len(v) == 1}
-                if any(self._matches(item, variant) for variant in variants):
-                    bits |= 1 << index
-            self._known[key] = bits
+            bits = self._known[key] = self._bits(op, av)
         return bits
 
-    def _matches(self, item: Item, char: str) -> bool:
-        op, av = item
-        code = ord(char)
+    def _bits(self, op: Any, av: Any) -> int:
         if op == _sre.LITERAL:
-            return bool(code == av)
+            return self._literal(chr(av))
         if op == _sre.NOT_LITERAL:
-            return bool(code != av)
+            # Under IGNORECASE a character whose other case is another character always has
+            # a case that is not ``av``.
+            char = chr(av)
+            cases = (char.lower(), char.upper()) if self.ignore_case else ()
+            alone = all(case == char for case in cases if len(case) == 1)
+            return self.every & ~(1 << self._index[char]) if alone else self.every
         if op == _sre.ANY:
-            return self.dotall or char != "\n"
+            return self.every if self.dotall else self.every & ~self._literal("\n")
         if op == _sre.CATEGORY:
-            return _in_category(av, char)
-        negated = False
-        found = False
-        for kind, value in av:  # an IN set
-            if kind == _sre.NEGATE:
-                negated = True
-            elif kind == _sre.LITERAL:
-                found = found or code == value
-            elif kind == _sre.RANGE:
-                found = found or value[0] <= code <= value[1]
-            elif kind == _sre.CATEGORY:
-                found = found or _in_category(value, char)
-            else:
-                found = True  # a kind this does not read: taken to match
-        return found != negated
+            return self._category(av)
+        negated = any(kind == _sre.NEGATE for kind, _ in av)
+        if any(kind not in _SET_KINDS for kind, _ in av):
+            return 0 if negated else self.every  # a kind this does not read: taken to match
+        if not negated:
+            bits = 0
+            for kind, value in av:
+                if kind == _sre.LITERAL:
+                    bits |= self._literal(chr(value))
+                elif kind == _sre.RANGE:
+                    bits |= self._range(value[0], value[1])
+                elif kind == _sre.CATEGORY:
+                    bits |= self._category(value)
+            return bits
+        # A negated class matches a character one of whose cases is outside it: every
+        # character but those whose cases are all inside (its members' cases, checked).
+        inside = [(kind, value) for kind, value in av if kind != _sre.NEGATE]
+        members = self._bits(_sre.IN, inside) if not self.ignore_case else 0
+        if self.ignore_case:
+            for kind, value in inside:
+                if kind == _sre.LITERAL:
+                    candidates = [chr(value)] if chr(value) in self._index else []
+                elif kind == _sre.RANGE:
+                    low, high = (
+                        _bisect_left(self._codes, value[0]),
+                        _bisect_right(self._codes, value[1]),
+                    )
+                    candidates = self.sample[low:high]
+                else:
+                    candidates = self._members(value)
+                self.spend(4 * len(candidates))  # each a few checks of the class
+                for char in candidates:
+                    variants = {v for v in (char, char.lower(), char.upper()) if len(v) == 1}
+                    if all(_in_set(inside, ord(v), v) for v in variants):
+                        members |= 1 << self._index[char]
+        return self.every & ~members
+
+    def _literal(self, char: str) -> int:
+        if self.ignore_case:
+            return self._cases.get(char, 0)
+        index = self._index.get(char)
+        return 0 if index is None else 1 << index
+
+    def _range(self, low: int, high: int) -> int:
+        if not self.ignore_case:
+            first, last = _bisect_left(self._codes, low), _bisect_right(self._codes, high)
+            return ((1 << last) - 1) & ~((1 << first) - 1)
+        keys = self._case_keys
+        bits = 0
+        for char in keys[_bisect_left(keys, chr(low)) : _bisect_right(keys, chr(high))]:
+            bits |= self._cases[char]
+        return bits
+
+    def _members(self, category: Any) -> list[str]:
+        """The sample characters in ``category`` themselves (no other case), kept."""
+        key = str(category)
+        found = self._in_categories.get(key)
+        if found is None:
+            found = self._in_categories[key] = [
+                char for char in self.sample if _in_category(category, char)
+            ]
+        return found
+
+    def _category(self, category: Any) -> int:
+        key = str(category)
+        bits = self._categories.get(key)
+        if bits is None:
+            self.spend(len(self.sample))
+            bits = 0
+            for index, char in enumerate(self.sample):
+                cases = {char}
+                if self.ignore_case:
+                    cases |= {v for v in (char.lower(), char.upper()) if len(v) == 1}
+                if any(_in_category(category, variant) for variant in cases):
+                    bits |= 1 << index
+            self._categories[key] = bits
+        return bits
+
+
+#: What a character class (``IN``) holds that ``_Chars`` reads.
+_SET_KINDS = {_sre.NEGATE, _sre.LITERAL, _sre.RANGE, _sre.CATEGORY}
+
+
+def _in_set(inside: list[Item], code: int, char: str) -> bool:
+    """Whether ``char`` is one of a class's members (``inside``: the class, unnegated)."""
+    for kind, value in inside:
+        if kind == _sre.LITERAL and code == value:
+            return True
+        if kind == _sre.RANGE and value[0] <= code <= value[1]:
+            return True
+        if kind == _sre.CATEGORY and _in_category(value, char):
+            return True
+    return False
 
 
 def _in_category(category: Any, char: str) -> bool:

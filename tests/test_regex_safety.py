@@ -3,14 +3,17 @@ alternatives that can match the same text) are told from the ones that only look
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
+import time
 
 import pytest
 
 from openprogram_yaml.regex_safety import (
     NESTED_LOOPS,
     OVERLAPPING_ALTERNATIVES,
+    TOO_LARGE,
     exponential_backtracking,
 )
 
@@ -129,3 +132,26 @@ def test_the_shapes_refused_are_the_ones_that_take_exponential_time() -> None:
     assert _search_time("(a|aa)+$", "a" * 40 + "!") == "killed"
     assert _search_time("(a|ab)+$", "a" * 40 + "!") == "done"
     assert _search_time(r"(\w|\d)+$", "1" * 40 + "!") == "done"
+
+
+def test_a_pattern_of_large_classes_is_checked_in_time_linear_in_its_length() -> None:
+    # Two classes of 12,000 characters each (24 KB): each class was tested against every
+    # character of the sample, which holds every character the pattern names: 21 s before.
+    rng = random.Random(1)
+    chars = [chr(0x4E00 + 2 * i) for i in range(12_000)]
+    rng.shuffle(chars)
+    cls = "".join(chars)
+    for flags in ("", "(?i)"):
+        started = time.process_time()
+        assert exponential_backtracking(f"{flags}^(?:[{cls}a]x|[{cls}b]y)*$") is None
+        assert time.process_time() - started < 2.0
+
+
+def test_a_pattern_too_large_to_check_is_refused_not_passed() -> None:
+    # 3,000 alternatives, each a class of its own: telling them apart costs more than
+    # MAX_STEPS comparisons, so the answer is "too large to tell", never "safe".
+    branches = "|".join(f"[{chr(0x4E00 + i)}{chr(0x5E00 + i)}]q" for i in range(3000))
+    assert exponential_backtracking(f"^(?:{branches})*$") is TOO_LARGE
+    # A word list as long is read whole.
+    words = "|".join(f"w{i}x{i * 7}" for i in range(3000))
+    assert exponential_backtracking(f"^(?:{words})+$") is None

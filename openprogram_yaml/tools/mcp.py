@@ -391,8 +391,11 @@ class McpServer:
             page = await client.list_tools(cursor=cursor)
             if len(tools) + len(page.tools) > MAX_TOOLS:
                 raise ToolError(f"it lists more than {MAX_TOOLS:,} tools")
-            for remote in page.tools:
-                risky = _risky_pattern(remote.input_schema)
+            # Checked in a worker thread: a page of large patterns takes a while to read
+            # (``regex_safety.MAX_STEPS`` each), and the start's deadline must still hold.
+            schemas = [remote.input_schema for remote in page.tools]
+            risks = await asyncio.to_thread(_risky_patterns, schemas)
+            for remote, risky in zip(page.tools, risks, strict=True):
                 if risky is not None:
                     # The arguments are checked here before the server gets them: Python's re
                     # has no time limit, and the model writes the text.
@@ -556,6 +559,13 @@ class _Stderr:
         with self._lock:
             text = self._kept.decode("utf-8", "replace").strip()
         return text if len(text) <= STDERR_TAIL else "…" + text[-STDERR_TAIL:]
+
+
+def _risky_patterns(
+    schemas: Sequence[Mapping[str, object]],
+) -> list[tuple[str, Backtracking] | None]:
+    """``_risky_pattern`` of each of a page's input schemas."""
+    return [_risky_pattern(schema) for schema in schemas]
 
 
 def _risky_pattern(schema: Mapping[str, object]) -> tuple[str, Backtracking] | None:
